@@ -1,0 +1,40 @@
+"""One error type for everything people read: a span, a message that says what
+was expected, and the rule (or move) that raised it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from .tree import Span
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    span: Span
+    message: str
+    rule: str
+    severity: str = "error"
+
+    def format(self, filename: str = "<input>") -> str:
+        """`FILE:LINE:COL: severity: MESSAGE`, the form every command prints."""
+        return f"{filename}:{self.span.line}:{self.span.col}: {self.severity}: {self.message}"
+
+
+class DojoError(Exception):
+    """Raised for bad input anywhere in the project. It always holds at least
+    one positioned diagnostic; `str()` gives the first."""
+
+    def __init__(self, diagnostics: Iterable[Diagnostic]):
+        self.diagnostics = tuple(diagnostics)
+        if not self.diagnostics:
+            raise ValueError("DojoError needs at least one diagnostic")
+        first = self.diagnostics[0]
+        super().__init__(f"{first.span}: {first.message}")
+
+    @classmethod
+    def at(cls, span: Span, message: str, rule: str) -> DojoError:
+        return cls([Diagnostic(span, message, rule)])
+
+    def format(self, filename: str = "<input>") -> str:
+        return "\n".join(d.format(filename) for d in self.diagnostics)

@@ -1,0 +1,1 @@
+"""The front doors: the `dojo` command line (and, later, the language server)."""

@@ -1,0 +1,195 @@
+"""`dojo`: the command line.
+
+Every subcommand reads `.dojo` files, reports bad input as
+`FILE:LINE:COL: error: MESSAGE` and exits 1, and never overwrites a file it
+could not fully process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from dojo_ir import DojoError, diagnose, interpret, load, random_inputs, to_text
+from dojo_ir.library import KERNELS
+
+
+class CommandError(Exception):
+    """A problem outside the kernel's text (a missing file, a bad option)."""
+
+
+def _read(path: str) -> str:
+    try:
+        return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise CommandError(f"{path}: error: cannot read: {error}") from None
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that a crash leaves the old file or the
+    new one, never half of either."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _load(path: str):
+    try:
+        return load(_read(path))
+    except DojoError as error:
+        raise CommandError(error.format(path)) from None
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    errors = 0
+    for path in args.files:
+        try:
+            _, diagnostics = diagnose(_read(path))
+        except CommandError as error:
+            print(error, file=sys.stderr)
+            errors += 1
+            continue
+        for d in diagnostics:
+            print(d.format(path))
+        errors += len(diagnostics)
+    files = len(args.files)
+    print(f"checked {files} file{'s' * (files != 1)}: {errors or 'no'} error{'s' * (errors != 1)}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def cmd_fmt(args: argparse.Namespace) -> int:
+    text = _read(args.file)
+    try:
+        formatted = to_text(load(text))
+    except DojoError as error:
+        raise CommandError(error.format(args.file)) from None
+    if args.check:
+        if formatted != text:
+            print(f"{args.file}: not in canonical form", file=sys.stderr)
+            return 1
+        return 0
+    if args.write and args.file != "-":
+        if formatted != text:
+            write_atomically(Path(args.file), formatted.encode())
+        return 0
+    sys.stdout.write(formatted)
+    return 0
+
+
+def cmd_interp(args: argparse.Namespace) -> int:
+    program = _load(args.file)
+    if args.inputs:
+        try:
+            with np.load(args.inputs) as archive:
+                inputs = {name: archive[name] for name in archive.files}
+        except (OSError, ValueError) as error:
+            raise CommandError(f"{args.inputs}: error: cannot read inputs: {error}") from None
+    else:
+        inputs = random_inputs(program, args.seed)
+    started = time.perf_counter()
+    try:
+        outputs = interpret(program, inputs)
+    except DojoError as error:
+        raise CommandError(error.format(args.file)) from None
+    elapsed = time.perf_counter() - started
+    out = Path(args.out)
+    archive = io.BytesIO()
+    np.savez(archive, **(outputs | ({} if args.inputs else inputs)))
+    write_atomically(out, archive.getvalue())
+    for name, value in outputs.items():
+        print(f"{name}: {value.dtype} {list(value.shape)}", file=sys.stderr)
+    print(f"interpreted {program.name} in {elapsed:.3f} s; wrote {out}", file=sys.stderr)
+    return 0
+
+
+def _shape(pairs: Sequence[str]) -> dict[str, int]:
+    shape = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise CommandError(f"dojo kernels: error: --shape takes NAME=SIZE, not `{pair}`")
+        shape[name.strip()] = int(value)
+    return shape
+
+
+def cmd_kernels(args: argparse.Namespace) -> int:
+    if not args.name:
+        width = max(len(n) for n in KERNELS)
+        described = max(len(k.description) for k in KERNELS.values())
+        for kernel in KERNELS.values():
+            shape = " ".join(f"{k}={v}" for k, v in kernel.params.items())
+            print(f"{kernel.name:<{width}}  {kernel.description:<{described}}  {shape}")
+        return 0
+    kernel = KERNELS.get(args.name)
+    if kernel is None:
+        raise CommandError(f"dojo kernels: error: no kernel `{args.name}`; expected one of {', '.join(KERNELS)}")
+    try:
+        text = kernel.small() if args.small else kernel.text(**_shape(args.shape))
+    except ValueError as error:
+        raise CommandError(f"dojo kernels: error: {error}") from None
+    if args.out:
+        write_atomically(Path(args.out), text.encode())
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dojo", description="PerfDojo: optimise ML kernels one legal move at a time.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    check = commands.add_parser("check", help="report every error in .dojo files")
+    check.add_argument("files", nargs="+", metavar="FILE")
+    check.set_defaults(run=cmd_check)
+
+    fmt = commands.add_parser("fmt", help="print a file in canonical form")
+    fmt.add_argument("file", metavar="FILE", help="a .dojo file, or - for standard input")
+    mode = fmt.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite the file in place")
+    mode.add_argument("--check", action="store_true", help="exit 1 if the file is not in canonical form")
+    fmt.set_defaults(run=cmd_fmt)
+
+    interp = commands.add_parser("interp", help="run a kernel with the reference interpreter")
+    interp.add_argument("file", metavar="FILE")
+    source = interp.add_mutually_exclusive_group(required=True)
+    source.add_argument("--inputs", metavar="IN.npz", help="the kernel's inputs, arrays by name")
+    source.add_argument("--seed", type=int, help="generate random inputs with this seed (saved with the outputs)")
+    interp.add_argument("--out", required=True, metavar="OUT.npz", help="where to write the outputs, by name")
+    interp.set_defaults(run=cmd_interp)
+
+    kernels = commands.add_parser("kernels", help="list the kernel library, or write one kernel at a chosen shape")
+    kernels.add_argument("name", nargs="?", metavar="NAME")
+    kernels.add_argument("--shape", nargs="*", default=[], metavar="PARAM=SIZE", help="override the paper's shape")
+    kernels.add_argument("--small", action="store_true", help="the small shape the tests use")
+    kernels.add_argument("--out", "-o", metavar="FILE", help="write to FILE instead of standard output")
+    kernels.set_defaults(run=cmd_kernels)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except CommandError as error:
+        print(error, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
