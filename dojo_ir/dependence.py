@@ -38,36 +38,41 @@ def touches(op: Op, chain: tuple[Scope, ...]) -> list[Touch]:
     return found
 
 
-def conflict(first: Touch, second: Touch, buffer: Buffer, same: int, before: bool, storage: bool = False) -> bool | None:
+def conflict(first: Touch, second: Touch, buffer: Buffer, directions: tuple[str, ...],
+             storage: bool = False) -> bool | None:
     """Can an instance of `first` and an instance of `second` touch the same
-    element, with their iteration variables equal at depths `< same` and, if
-    `before`, the first's variable at depth `same` less than the second's?
-    With `storage`, `D:K` dimensions compare stored elements (i mod K), so
-    folded storage may make distinct logical elements collide. None means the
-    analysis could not decide."""
+    element of `buffer`, with their iteration variables related by
+    `directions`? `directions[d]` relates the two variables at depth d
+    (both chains must be at least that deep): `=`, `<` (first's is less),
+    `>` or `*` (any). With `storage`, `D:K` dimensions compare stored
+    elements (i mod K), so folded storage may make distinct logical elements
+    collide. None means the analysis could not decide."""
     return _conflict(
         tuple(affine(i) for i in first.access.index),
         tuple(s.size for s in first.chain),
         tuple(affine(i) for i in second.access.index),
         tuple(s.size for s in second.chain),
         tuple(d.stored if storage else None for d in buffer.dims),
-        same,
-        before,
+        directions,
     )
 
 
 @lru_cache(maxsize=65536)
 def _conflict(first: tuple[Affine, ...], first_sizes: tuple[int, ...], second: tuple[Affine, ...],
-              second_sizes: tuple[int, ...], folds: tuple[int | None, ...], same: int, before: bool) -> bool | None:
+              second_sizes: tuple[int, ...], folds: tuple[int | None, ...], directions: tuple[str, ...]) -> bool | None:
     # Kernels repeat the same index patterns on many arrays, so the question
     # is asked in terms of index forms and extents only, and cached.
     n_first = len(first_sizes)
     bounds = [(0, size - 1) for size in first_sizes + second_sizes]
     constraints: list[Constraint] = []
-    for depth in range(same):
-        constraints.append(Constraint(((depth, 1), (n_first + depth, -1)), 0, True))
-    if before:
-        constraints.append(Constraint(((same, 1), (n_first + same, -1)), 1, False))
+    for depth, relation in enumerate(directions):
+        a, b = depth, n_first + depth
+        if relation == "=":
+            constraints.append(Constraint(((a, 1), (b, -1)), 0, True))
+        elif relation == "<":
+            constraints.append(Constraint(((a, 1), (b, -1)), 1, False))
+        elif relation == ">":
+            constraints.append(Constraint(((b, 1), (a, -1)), 1, False))
     for fold, fa, fb in zip(folds, first, second, strict=True):
         coefs = dict(fa.terms)
         for depth, c in fb.terms:
@@ -118,6 +123,6 @@ def carried_flows(program: Program) -> Iterator[Flow]:
             for r in reads:
                 if buffer_of[r.access.array] is not buffer:
                     continue
-                if conflict(w, r, buffer, same=depth, before=True):
+                if conflict(w, r, buffer, ("=",) * depth + ("<",)):
                     carried = r.accumulator and w.op.reduction in (None, r.op.reduction)
                     yield Flow(scope, depth, w.access, r.access, w.op, r.op, carried)

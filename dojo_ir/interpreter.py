@@ -126,7 +126,7 @@ def _separates(found: list[Access], dim: int, depth: int) -> bool:
     if len(forms) != 1:
         return False
     (form,) = forms
-    return True
+    return len(form.terms) == 1 and form.terms[0][0] == depth
 
 
 def _plan_op(op: Op, program: Program) -> _OpPlan:
@@ -262,7 +262,7 @@ def _run_op(plan: _OpPlan, storage: Storage, env: Env, axes: Axes) -> None:
         last = _last_occurrences(flat)
         cells[flat[last]] = values[last]
     else:
-        plan.reduce.at(cells, flat, values)
+        plan.reduce.at(cells, flat[::-1], values[::-1])
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
@@ -353,9 +353,9 @@ def _initial_storage(program: Program, inputs: Mapping[str, np.ndarray]) -> Stor
 
 def _logical(stored: np.ndarray, buffer: Buffer) -> np.ndarray:
     """An array at its declared shape: element i of a `D:K` dimension is stored element i mod K."""
-    return (
-        stored[np.ix_(*(np.arange(d.size) % d.storage for d in buffer.dims))].copy() if buffer.dims else stored.copy()
-    )
+    if not buffer.dims:
+        return stored.copy()
+    return stored[np.ix_(*(np.arange(d.size) % d.storage for d in buffer.dims))]
 
 
 def interpret(

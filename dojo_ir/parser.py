@@ -26,6 +26,7 @@ from .tree import Access, Binary, Buffer, Call, Dim, Name, Node, Num, Op, Progra
 
 CONTROL_FLOW = frozenset(("if", "else", "while", "for", "do", "break", "continue", "return", "goto", "switch"))
 
+_REF = re.compile(r"\{([0-9]+)\}")
 _context = threading.local()  # the line number of the line being parsed
 
 
@@ -88,14 +89,14 @@ class _Build(Transformer):
     @v_args(inline=True)
     def dim(self, size, _colon, stored):
         span = _span(size).join(_span(stored) if stored else None)
-        return Dim(int(size), int(stored) if stored else None, span)
+        return Dim(int(size.value), int(stored.value) if stored else None, span)
 
     def body(self, c):
         return BodyLine(tuple(c[:-1]), c[-1])
 
     @v_args(inline=True)
     def size(self, size, _colon, suffix):
-        return ScopeToken("size", _span(size).join(_span(suffix) if suffix else None), int(size), suffix or "")
+        return ScopeToken("size", _span(size).join(_span(suffix) if suffix else None), int(size.value), suffix.value if suffix else "")
 
     @v_args(inline=True)
     def bar(self, token):
@@ -116,6 +117,16 @@ class _Build(Transformer):
     def access(self, c):
         index = tuple(x for x in c[2:-1] if x is not None and not isinstance(x, Token))
         return Access(c[0].value, index, _span(c[0]).join(_span(c[-1])))
+
+    @v_args(inline=True)
+    def ref_access(self, token):
+        line, start = _context.line, token.column
+        name = token.value[: token.value.index("[")]
+        index = tuple(
+            Ref(int(m.group(1)), Span(line, start + m.start(), line, start + m.end()))
+            for m in _REF.finditer(token.value)
+        )
+        return Access(name, index, _span(token))
 
     @v_args(inline=True)
     def binary(self, left, op, right):

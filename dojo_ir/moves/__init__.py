@@ -1,0 +1,72 @@
+"""The moves: atomic, located transformations that never change a kernel's
+meaning.
+
+Each kind of move is one module with
+- `NAME` and `TITLE` (what the editor shows),
+- `candidates(analysis)`: every location where the move might apply,
+- `why_not(analysis, move)`: None if the move is legal there, else the reason,
+- `rewrite(analysis, move)`: the new program (only called when legal),
+- `EXAMPLES` (before, move, after) and `NOT_APPLICABLE` (before, move): its
+  specification, run as its tests.
+
+`find` lists every legal move, which is what the editor's quick-fixes and the
+agent's action mask are made of; `apply` applies one, or says why it cannot.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from types import ModuleType
+
+from ..tree import Program
+from .base import NOWHERE, Analysis, IllegalMove, Move, parse_move
+
+
+def _discover() -> dict[str, ModuleType]:
+    """Every module of this package that defines a move (it has `NAME`)."""
+    kinds = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(module, "NAME"):
+            kinds[module.NAME] = module
+    return kinds
+
+
+KINDS: dict[str, ModuleType] = _discover()
+
+
+def _kind(move: Move) -> ModuleType:
+    kind = KINDS.get(move.name)
+    if kind is None:
+        raise IllegalMove.at(NOWHERE, f"unknown move `{move.name}`; the moves are {', '.join(sorted(KINDS))}", "move")
+    return kind
+
+
+def find(program: Program, analysis: Analysis | None = None) -> list[Move]:
+    """Every legal move in `program`, grouped by kind, in tree order."""
+    a = analysis or Analysis(program)
+    return [m for kind in KINDS.values() for m in kind.candidates(a) if kind.why_not(a, m) is None]
+
+
+def why_not(program: Program, move: Move | str, analysis: Analysis | None = None) -> str | None:
+    """None if `move` is legal in `program`, else the reason in words."""
+    move = parse_move(move) if isinstance(move, str) else move
+    try:
+        return _kind(move).why_not(analysis or Analysis(program), move)
+    except IllegalMove as error:
+        return error.diagnostics[0].message
+
+
+def apply(program: Program, move: Move | str, analysis: Analysis | None = None) -> Program:
+    """`program` after `move`, or IllegalMove saying why it is not legal."""
+    move = parse_move(move) if isinstance(move, str) else move
+    kind = _kind(move)
+    a = analysis or Analysis(program)
+    reason = kind.why_not(a, move)
+    if reason is not None:
+        raise IllegalMove.at(program.span or NOWHERE, f"`{move}` is not legal here: {reason}", move.name)
+    return kind.rewrite(a, move)
+
+
+__all__ = ["KINDS", "Analysis", "IllegalMove", "Move", "apply", "find", "parse_move", "why_not"]

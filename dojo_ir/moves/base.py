@@ -1,0 +1,220 @@
+"""What every move shares: its text form, locations, and tree surgery.
+
+A move is a name and keyword arguments, written `join_scopes(op=e, depth=0)`.
+Its location names tree nodes the way a person does: an operation by the
+array it writes (`op=e`, or `op=e#2` for the second operation writing `e`,
+counted in execution order), a scope by an operation inside it and the scope's
+depth in that operation's chain, a buffer by its name. These names depend
+only on the tree, never on the text's layout, so a move stays valid when the
+file is printed again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from ..dependence import Touch, conflict, touches
+from ..errors import DojoError
+from ..tree import Node, Op, Program, Scope, Span
+
+Path = tuple[int, ...]  # child indices from the root body down to a node
+
+
+class IllegalMove(DojoError):
+    """A move that cannot be applied here; the message says why."""
+
+
+@dataclass(frozen=True)
+class Move:
+    """A named transformation at one location. Equality is by text; `line`
+    (the line of the node it acts on, where known) is for people."""
+
+    name: str
+    args: tuple[tuple[str, str | int], ...]
+    line: int | None = field(default=None, compare=False)
+
+    def __str__(self) -> str:
+        return f"{self.name}({', '.join(f'{k}={v}' for k, v in self.args)})"
+
+    def arg(self, key: str):
+        for k, v in self.args:
+            if k == key:
+                return v
+        raise IllegalMove.at(NOWHERE, f"`{self}` needs the argument `{key}`", self.name)
+
+
+NOWHERE = Span(1, 1, 1, 1)
+_MOVE = re.compile(r"\s*([a-z_][a-z0-9_]*)\s*\((.*)\)\s*$")
+_ARG = re.compile(r"\s*([a-z_]+)\s*=\s*([A-Za-z0-9_#]+)\s*$")
+
+
+def parse_move(text: str) -> Move:
+    """`name(key=value, ...)` to a Move; integers become ints."""
+    match = _MOVE.match(text)
+    if not match:
+        raise DojoError.at(NOWHERE, f"`{text.strip()}` is not a move; expected `name(key=value, ...)`", "move")
+    args = []
+    for part in filter(str.strip, match.group(2).split(",")):
+        arg = _ARG.match(part)
+        if not arg:
+            raise DojoError.at(NOWHERE, f"`{part.strip()}` in `{text.strip()}` is not `key=value`", "move")
+        value = arg.group(2)
+        args.append((arg.group(1), int(value) if value.isdigit() else value))
+    return Move(match.group(1), tuple(args))
+
+
+# -- the tree as seen by the moves ------------------------------------------
+
+
+@dataclass(frozen=True)
+class Site:
+    """One operation with everything a move needs to know about where it is."""
+
+    label: str  # `e` or `e#2`
+    path: Path
+    op: Op
+    chain: tuple[Scope, ...]
+
+    @property
+    def line(self) -> int | None:
+        return self.op.span.line if self.op.span else None
+
+
+class Analysis:
+    """Facts about one program, computed once and shared by every move's
+    `find`: the operations and their labels, and dependence questions about
+    subtrees. Cheap to build; the expensive parts are computed on demand."""
+
+    def __init__(self, program: Program):
+        self.program = program
+
+    @cached_property
+    def sites(self) -> list[Site]:
+        found: list[Site] = []
+
+        def walk(nodes: tuple[Node, ...], path: Path, chain: tuple[Scope, ...]) -> None:
+            for i, node in enumerate(nodes):
+                if isinstance(node, Op):
+                    found.append(Site("", path + (i,), node, chain))
+                else:
+                    walk(node.body, path + (i,), chain + (node,))
+
+        walk(self.program.body, (), ())
+        writers: dict[str, int] = {}
+        for site in found:
+            writers[site.op.target.array] = writers.get(site.op.target.array, 0) + 1
+        seen: dict[str, int] = {}
+        labelled = []
+        for site in found:
+            array = site.op.target.array
+            seen[array] = seen.get(array, 0) + 1
+            label = array if writers[array] == 1 else f"{array}#{seen[array]}"
+            labelled.append(replace(site, label=label))
+        return labelled
+
+    @cached_property
+    def by_label(self) -> dict[str, Site]:
+        labels = {s.label: s for s in self.sites}
+        for s in self.sites:
+            labels.setdefault(f"{s.op.target.array}#1", s)
+        return labels
+
+    def site(self, move: Move) -> Site:
+        label = str(move.arg("op"))
+        found = self.by_label.get(label)
+        if found is None:
+            known = ", ".join(s.label for s in self.sites)
+            raise IllegalMove.at(NOWHERE, f"`{move}`: no operation `{label}`; the operations are {known}", move.name)
+        return found
+
+    def scope(self, move: Move) -> tuple[Site, Path, Scope]:
+        """The scope a move names with `op=..., depth=...`."""
+        site = self.site(move)
+        depth = move.arg("depth")
+        if not isinstance(depth, int) or depth >= len(site.chain):
+            raise IllegalMove.at(NOWHERE, f"`{move}`: operation `{site.label}` has "
+                                 f"{len(site.chain)} scope(s) around it, so depth is 0 to {len(site.chain) - 1}",
+                                 move.name)
+        return site, site.path[: depth + 1], site.chain[depth]
+
+    def first_site(self, path: Path) -> Site:
+        """The first operation (in execution order) inside the node at `path`."""
+        return next(s for s in self.sites if s.path[: len(path)] == path)
+
+    def locate(self, path: Path) -> tuple[str, int | None]:
+        """How a move names the node at `path`: (op label, depth or None for an op)."""
+        site = self.first_site(path)
+        return site.label, (None if len(path) == len(site.path) else len(path) - 1)
+
+    @cached_property
+    def _touches(self) -> list[tuple[Path, Touch]]:
+        return [(s.path, t) for s in self.sites for t in touches(s.op, s.chain)]
+
+    def touches_in(self, path: Path) -> list[Touch]:
+        """Every access of every operation inside the node at `path`."""
+        n = len(path)
+        return [t for p, t in self._touches if p[:n] == path]
+
+    def depends(self, first: list[Touch], second: list[Touch], directions: tuple[str, ...],
+                reorderable_reductions: bool = True, private: frozenset[str] = frozenset()) -> bool:
+        """Could an access in `first` and one in `second` touch the same
+        stored element (at least one writing), with the two instances'
+        iteration variables related by `directions` (one of `= < > *` per
+        depth, first's variable against second's)? Undecided counts as yes.
+        With `reorderable_reductions`, two updates of the same reduction
+        operator do not count: reordering them only reassociates. Buffers
+        named in `private` are compared by logical element, not stored slot:
+        the caller gives each iteration its own copy of them."""
+        buffer_of = self.program.buffer_of
+        for a in first:
+            buffer = buffer_of[a.access.array]
+            for b in second:
+                if not (a.write or b.write) or buffer_of[b.access.array] is not buffer:
+                    continue
+                if reorderable_reductions and _same_reduction(a, b):
+                    continue
+                if conflict(a, b, buffer, directions, storage=buffer.name not in private) is not False:
+                    return True
+        return False
+
+
+def _same_reduction(a: Touch, b: Touch) -> bool:
+    """Both are the accumulator of reductions with the same operator."""
+    return (a.op.reduction is not None and a.op.reduction == b.op.reduction
+            and (a.write or a.accumulator) and (b.write or b.accumulator))
+
+
+# -- tree surgery ------------------------------------------------------------
+
+
+def node_at(body: tuple[Node, ...], path: Path) -> Node:
+    node: Node = body[path[0]]
+    for i in path[1:]:
+        assert isinstance(node, Scope)
+        node = node.body[i]
+    return node
+
+
+def splice(body: tuple[Node, ...], path: Path, nodes: tuple[Node, ...]) -> tuple[Node, ...]:
+    """`body` with the node at `path` replaced by `nodes` (zero or more)."""
+    i = path[0]
+    if len(path) == 1:
+        return body[:i] + nodes + body[i + 1:]
+    scope = body[i]
+    assert isinstance(scope, Scope)
+    return body[:i] + (replace(scope, body=splice(scope.body, path[1:], nodes)),) + body[i + 1:]
+
+
+def with_body(program: Program, body: tuple[Node, ...]) -> Program:
+    return replace(program, body=body)
+
+
+def iter_paths(body: tuple[Node, ...], path: Path = ()) -> Iterator[tuple[Path, Node]]:
+    """Every node with its path, in pre-order."""
+    for i, node in enumerate(body):
+        yield path + (i,), node
+        if isinstance(node, Scope):
+            yield from iter_paths(node.body, path + (i,))

@@ -1,0 +1,156 @@
+"""merge_scopes: the inverse of a split.
+
+    N/f f  x[{0}*f+{1}] = ...      ->      N  x[{0}] = ...
+
+`merge_scopes(op=X, depth=d)` merges the sequential scope at depth d with its
+only child, a sequential scope of size f. Legal when every reference to the
+two scopes comes in the combination `{d}*f+{d+1}` (times a constant), in
+indices and in values alike, so that it can be written `{d}` of the merged
+scope. The order of iterations is unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+from ..affine import Affine, NotAffine, affine
+from ..tree import Access, Binary, Call, Expr, Node, Op, Program, Ref, Scope, Unary, walk_expr
+from .base import Analysis, Move, iter_paths, splice, with_body
+
+NAME = "merge_scopes"
+TITLE = "Merge with the inner scope"
+
+
+def candidates(a: Analysis) -> Iterator[Move]:
+    for path, node in iter_paths(a.program.body):
+        if isinstance(node, Scope) and len(node.body) == 1 and isinstance(node.body[0], Scope):
+            label, depth = a.locate(path)
+            yield Move(NAME, (("op", label), ("depth", depth)), a.first_site(path).line)
+
+
+class _Unmergeable(Exception):
+    pass
+
+
+def _merge_form(form: Affine, depth: int, inner: int) -> Affine:
+    outer, lane = form.coef(depth), form.coef(depth + 1)
+    if outer != lane * inner:
+        raise _Unmergeable
+    terms = {d - 1 if d > depth + 1 else d: c for d, c in form.terms if d not in (depth, depth + 1)}
+    if lane:
+        terms[depth] = lane
+    return Affine.of(terms, form.const)
+
+
+def _mentions(expr: Expr, depth: int) -> bool:
+    return any(isinstance(e, Ref) and e.depth in (depth, depth + 1) for e in walk_expr(expr))
+
+
+def _merge_expr(expr: Expr, depth: int, inner: int) -> Expr:
+    """Rewrite every maximal affine part that mentions the two scopes."""
+    if isinstance(expr, Access):
+        return replace(expr, index=tuple(_merge_form(affine(i), depth, inner).to_expr() if _mentions(i, depth)
+                                         else _shift(i, depth) for i in expr.index))
+    if _mentions(expr, depth):
+        try:
+            return _merge_form(affine(expr), depth, inner).to_expr()
+        except NotAffine:
+            pass
+    if isinstance(expr, Ref):
+        return _shift(expr, depth)
+    if isinstance(expr, Unary):
+        return replace(expr, operand=_merge_expr(expr.operand, depth, inner))
+    if isinstance(expr, Binary):
+        return replace(expr, left=_merge_expr(expr.left, depth, inner), right=_merge_expr(expr.right, depth, inner))
+    if isinstance(expr, Call):
+        return replace(expr, args=tuple(_merge_expr(x, depth, inner) for x in expr.args))
+    return expr
+
+
+def _shift(expr: Expr, depth: int) -> Expr:
+    """Renumber references below the merged pair (`{d}` -> `{d-1}`)."""
+    if isinstance(expr, Ref):
+        if expr.depth in (depth, depth + 1):
+            raise _Unmergeable
+        return Ref(expr.depth - 1) if expr.depth > depth + 1 else expr
+    if isinstance(expr, Access):
+        return replace(expr, index=tuple(_shift(i, depth) for i in expr.index))
+    if isinstance(expr, Unary):
+        return replace(expr, operand=_shift(expr.operand, depth))
+    if isinstance(expr, Binary):
+        return replace(expr, left=_shift(expr.left, depth), right=_shift(expr.right, depth))
+    if isinstance(expr, Call):
+        return replace(expr, args=tuple(_shift(x, depth) for x in expr.args))
+    return expr
+
+
+def _merge_body(nodes: tuple[Node, ...], depth: int, inner: int) -> tuple[Node, ...]:
+    merged = []
+    for node in nodes:
+        if isinstance(node, Op):
+            merged.append(replace(node, target=_merge_expr(node.target, depth, inner),
+                                  value=_merge_expr(node.value, depth, inner)))
+        else:
+            merged.append(replace(node, body=_merge_body(node.body, depth, inner)))
+    return tuple(merged)
+
+
+def _merged(a: Analysis, move: Move) -> tuple[tuple, Scope] | str:
+    _, path, scope = a.scope(move)
+    if len(scope.body) != 1 or not isinstance(scope.body[0], Scope):
+        return "the scope does not hold exactly one scope"
+    inner = scope.body[0]
+    if scope.kind or inner.kind:
+        return "both scopes must be sequential"
+    try:
+        body = _merge_body(inner.body, len(path) - 1, inner.size)
+    except _Unmergeable:
+        return (f"some reference to the two scopes is not of the form `{{d}}*{inner.size}+{{d+1}}`, "
+                "so it cannot be written with one merged scope")
+    return path, Scope(scope.size * inner.size, "", body)
+
+
+def why_not(a: Analysis, move: Move) -> str | None:
+    merged = _merged(a, move)
+    return merged if isinstance(merged, str) else None
+
+
+def rewrite(a: Analysis, move: Move) -> Program:
+    path, scope = _merged(a, move)
+    return with_body(a.program, splice(a.program.body, path, (scope,)))
+
+
+EXAMPLES = [
+    (
+        """kernel k(x) -> y
+
+x f32 [8, 3] heap
+y f32 [8, 3] heap
+
+2 4 3 y[{0}*4+{1},{2}] = x[{0}*4+{1},{2}] * ({0}*4+{1})
+""",
+        "merge_scopes(op=y, depth=0)",
+        """kernel k(x) -> y
+
+x f32 [8, 3] heap
+y f32 [8, 3] heap
+
+8 3 y[{0},{1}] = x[{0},{1}] * {0}
+""",
+    ),
+]
+
+NOT_APPLICABLE = [
+    (
+        # `x[{1},{0}]` uses the inner scope alone.
+        """kernel k(x) -> y
+
+x f32 [4, 4] heap
+y f32 [4, 4] heap
+
+4 4 y[{0},{1}] = x[{1},{0}]
+""",
+        "merge_scopes(op=y, depth=0)",
+    ),
+]

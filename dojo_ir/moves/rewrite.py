@@ -1,0 +1,69 @@
+"""Rewriting the scope references of operations when scopes move.
+
+When scopes are split, merged or swapped, `{d}` in the operations below them
+must be renumbered or replaced. Indices are rewritten through their affine
+form and printed back in natural form (`{0}*1024+{1}*512+{2}`); an index that
+only renumbers keeps the text it had. Values (`{d}` used as a number) are
+rewritten structurally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..affine import Affine, affine
+from ..tree import Access, Binary, Call, Expr, Node, Op, Ref, Unary
+
+Substitution = Callable[[int], Affine]  # old depth -> its value in the new scopes
+
+
+def _is_ref(form: Affine) -> int | None:
+    return form.terms[0][0] if form.const == 0 and len(form.terms) == 1 and form.terms[0][1] == 1 else None
+
+
+def _expr(expr: Expr, sub: Substitution) -> Expr:
+    if isinstance(expr, Ref):
+        form = sub(expr.depth)
+        depth = _is_ref(form)
+        return Ref(depth) if depth is not None else form.to_expr()
+    if isinstance(expr, Access):
+        return replace(expr, index=tuple(_index(i, sub) for i in expr.index))
+    if isinstance(expr, Unary):
+        return replace(expr, operand=_expr(expr.operand, sub))
+    if isinstance(expr, Binary):
+        return replace(expr, left=_expr(expr.left, sub), right=_expr(expr.right, sub))
+    if isinstance(expr, Call):
+        return replace(expr, args=tuple(_expr(a, sub) for a in expr.args))
+    return expr
+
+
+def _index(index: Expr, sub: Substitution) -> Expr:
+    form = affine(index)
+    new = Affine(form.const)
+    renumber_only = True
+    for depth, coef in form.terms:
+        replacement = sub(depth)
+        renumber_only &= _is_ref(replacement) is not None
+        new = new + replacement.scale(coef)
+    return _expr(index, sub) if renumber_only else new.to_expr()
+
+
+def substitute_op(op: Op, sub: Substitution) -> Op:
+    return replace(op, target=_expr(op.target, sub), value=_expr(op.value, sub))
+
+
+def substitute(nodes: tuple[Node, ...], sub: Substitution) -> tuple[Node, ...]:
+    """`nodes` with every `{d}` in their operations replaced by `sub(d)`."""
+    return tuple(
+        substitute_op(n, sub) if isinstance(n, Op) else replace(n, body=substitute(n.body, sub)) for n in nodes
+    )
+
+
+def map_ops(nodes: tuple[Node, ...], f: Callable[[Op], Op]) -> tuple[Node, ...]:
+    return tuple(f(n) if isinstance(n, Op) else replace(n, body=map_ops(n.body, f)) for n in nodes)
+
+
+def ref(depth: int) -> Affine:
+    return Affine(0, ((depth, 1),))
+

@@ -1,0 +1,122 @@
+"""The `dojo` command line, run as a user would run it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dojo_ir.library import KERNELS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BROKEN = """kernel k(x) -> y
+
+x f32 [8] heap
+y f32 [8] heap
+
+8 y[{0}] = x[{0}+1]
+8 y[{1}] = q[{0}]
+"""
+
+
+def dojo(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=ROOT, input=stdin,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def softmax(tmp_path: Path) -> Path:
+    path = tmp_path / "softmax.dojo"
+    path.write_text(KERNELS["softmax"].small())
+    return path
+
+
+def test_check_prints_every_error_with_its_position_and_fails(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.dojo"
+    bad.write_text(BROKEN)
+    result = dojo("check", str(bad))
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        f"{bad}:6:14: error: index `{{0}}+1` of `x` can reach 8, outside dimension 0 of extent 8 (0 to 7)",
+        f"{bad}:7:5: error: {{1}} refers to scope position 1, but this line has scope position 0 only",
+        f"{bad}:7:12: error: unknown array `q`; declare it before the body",
+    ]
+
+
+def test_check_passes_a_valid_file_and_reports_an_unreadable_one(softmax: Path, tmp_path: Path) -> None:
+    assert dojo("check", str(softmax)).returncode == 0
+    missing = dojo("check", str(softmax), str(tmp_path / "missing.dojo"))
+    assert missing.returncode == 1
+    assert "missing.dojo: error: cannot read" in missing.stderr
+
+
+def test_fmt_prints_the_canonical_text_and_write_rewrites_the_file(tmp_path: Path) -> None:
+    messy = tmp_path / "messy.dojo"
+    messy.write_text("kernel  k( x )->y\nx f32 [4] heap\ny f32 [4] heap\n4   y[ {0} ]=x[{0}]*(2)\n")
+    canonical = "kernel k(x) -> y\n\nx f32 [4] heap\ny f32 [4] heap\n\n4 y[{0}] = x[{0}] * 2\n"
+    assert dojo("fmt", str(messy)).stdout == canonical
+    assert dojo("fmt", "--check", str(messy)).returncode == 1
+    assert dojo("fmt", "--write", str(messy)).returncode == 0
+    assert messy.read_text() == canonical
+    assert dojo("fmt", "--check", str(messy)).returncode == 0
+
+
+def test_fmt_never_touches_a_file_with_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.dojo"
+    bad.write_text(BROKEN)
+    result = dojo("fmt", "--write", str(bad))
+    assert result.returncode == 1
+    assert f"{bad}:6:14: error:" in result.stderr
+    assert bad.read_text() == BROKEN
+
+
+def test_fmt_reads_standard_input() -> None:
+    result = dojo("fmt", "-", stdin="kernel k(x)->y\nx f32 [2] heap\ny f32 [2] heap\n2 y[{0}]=x[{0}]\n")
+    assert result.stdout.endswith("2 y[{0}] = x[{0}]\n")
+
+
+def test_interp_with_a_seed_saves_inputs_and_outputs(softmax: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.npz"
+    assert dojo("interp", str(softmax), "--seed", "3", "--out", str(out)).returncode == 0
+    with np.load(out) as arrays:
+        x, y = arrays["x"], arrays["y"]
+    expected = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(y, expected / expected.sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+def test_interp_reads_inputs_by_name(softmax: Path, tmp_path: Path) -> None:
+    inputs, out = tmp_path / "in.npz", tmp_path / "out.npz"
+    np.savez(inputs, x=np.zeros((3, 5), dtype=np.float32))
+    assert dojo("interp", str(softmax), "--inputs", str(inputs), "--out", str(out)).returncode == 0
+    with np.load(out) as arrays:
+        np.testing.assert_allclose(arrays["y"], np.full((3, 5), 0.2), rtol=1e-6)
+        assert set(arrays.files) == {"y"}
+
+
+def test_interp_rejects_inputs_of_the_wrong_shape(softmax: Path, tmp_path: Path) -> None:
+    inputs, out = tmp_path / "in.npz", tmp_path / "out.npz"
+    np.savez(inputs, x=np.zeros((5, 3), dtype=np.float32))
+    result = dojo("interp", str(softmax), "--inputs", str(inputs), "--out", str(out))
+    assert result.returncode == 1
+    assert f"{softmax}:" in result.stderr and "x" in result.stderr
+    assert not out.exists()
+
+
+def test_kernels_lists_the_library_and_writes_one_at_a_chosen_shape(tmp_path: Path) -> None:
+    listing = dojo("kernels").stdout.splitlines()
+    assert [line.split()[0] for line in listing] == list(KERNELS)
+    out = tmp_path / "mm.dojo"
+    assert dojo("kernels", "matmul", "--shape", "m=4", "k=6", "n=8", "-o", str(out)).returncode == 0
+    assert out.read_text() == KERNELS["matmul"].text(m=4, k=6, n=8)
+    assert dojo("check", str(out)).returncode == 0
+
+
+def test_kernels_rejects_an_unknown_kernel_or_parameter() -> None:
+    unknown = dojo("kernels", "nope")
+    assert unknown.returncode == 1 and "no kernel `nope`" in unknown.stderr
+    bad = dojo("kernels", "matmul", "--shape", "q=3")
+    assert bad.returncode == 1 and "q" in bad.stderr
