@@ -12,7 +12,7 @@ import re
 from .checker import check
 from .errors import Diagnostic, DojoError
 from .interpreter import interpret, random_inputs
-from .parser import parse, parse_with_diagnostics
+from .parser import classify, parse, parse_with_diagnostics
 from .printer import to_text
 from .tree import Program
 
@@ -20,12 +20,17 @@ from .tree import Program
 def diagnose(text: str) -> tuple[Program | None, list[Diagnostic]]:
     """Every error in `text`: syntax and structure errors, and the checker's
     rules on whatever parsed. An array that is unknown only because its
-    declaration line did not parse is not reported a second time."""
+    declaration (or the kernel line) did not parse is not reported again."""
     program, diagnostics = parse_with_diagnostics(text)
     if program is None:
         return None, diagnostics
     lines = text.splitlines()
-    unparsed = {w for d in diagnostics for w in re.findall(r"\w+", lines[d.span.line - 1].partition("#")[0])}
+    unparsed = {
+        word
+        for d in diagnostics
+        if d.rule == "syntax" and classify(lines[d.span.line - 1]) in ("kernel", "decl")
+        for word in re.findall(r"\w+", lines[d.span.line - 1].partition("#")[0])
+    }
     semantic = [
         d for d in check(program) if not (d.rule == "unknown-array" and re.search(r"`(\w+)`", d.message)[1] in unparsed)
     ]

@@ -177,7 +177,7 @@ class _Checker:
                        f"{self._reason(error)}; expected integer literals, `{{d}}`, `+`, `-` and `*` by a literal",
                        "non-affine")
             return
-        if buffer is None or len(access.index) != len(buffer.dims):
+        if buffer is None or len(access.index) != len(buffer.dims) or any(s.size < 1 for s in chain):
             return
         extent = buffer.dims[position].size
         low, high = form.bounds([s.size for s in chain])

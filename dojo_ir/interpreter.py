@@ -262,7 +262,7 @@ def _run_op(plan: _OpPlan, storage: Storage, env: Env, axes: Axes) -> None:
         last = _last_occurrences(flat)
         cells[flat[last]] = values[last]
     else:
-        plan.reduce.at(cells, flat[::-1], values[::-1])
+        plan.reduce.at(cells, flat, values)
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:

@@ -22,7 +22,7 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from .errors import Diagnostic, DojoError
-from .tree import Access, Binary, Buffer, Call, Dim, Name, Node, Num, Op, Program, Ref, Scope, Span, Unary
+from .tree import Access, Binary, Buffer, Call, Derivation, Dim, Name, Node, Num, Op, Program, Ref, Scope, Span, Unary
 
 CONTROL_FLOW = frozenset(("if", "else", "while", "for", "do", "break", "continue", "return", "goto", "switch"))
 
@@ -51,6 +51,18 @@ class KernelLine:
 
 
 @dataclass(frozen=True)
+class SpecLine:
+    path: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class MoveLine:
+    text: str  # canonical: `name(key=value, ...)`
+    span: Span
+
+
+@dataclass(frozen=True)
 class ScopeToken:
     kind: str  # "size", "bar", "symbolic" or "range"
     span: Span
@@ -75,6 +87,20 @@ class _Build(Transformer):
 
     def names(self, tokens):
         return tokens
+
+    @v_args(inline=True)
+    def spec(self, kw, path):
+        return SpecLine(path.value[1:-1], _span(kw).join(_span(path)))
+
+    def move(self, c):
+        args = ", ".join(x for x in c[3:-1] if isinstance(x, str) and not isinstance(x, Token))
+        return MoveLine(f"{c[1].value}({args})", _span(c[0]).join(_span(c[-1])))
+
+    @v_args(inline=True)
+    def move_arg(self, key, assign, value):
+        if assign.value != "=":
+            raise DojoError.at(_span(assign), f"unexpected `{assign.value}`; expected `=`", "syntax")
+        return f"{key.value}={value.value}"
 
     def decl(self, c):
         name, dtype = c[0], c[1]
@@ -158,10 +184,16 @@ class _Build(Transformer):
 
 
 _GRAMMAR = (Path(__file__).parent / "grammar.lark").read_text()
-_LARK = Lark(_GRAMMAR, parser="lalr", start=["kernel", "decl", "body"], transformer=_Build(), maybe_placeholders=True)
+_LARK = Lark(_GRAMMAR, parser="lalr", start=["kernel", "spec", "move", "decl", "body"], transformer=_Build(),
+             maybe_placeholders=True)
 
 _EXPECTED = {
     "NAME": "a name",
+    "REF_ACCESS": "a name",  # an access, which starts with a name
+    "STRING": 'a quoted path such as `"spec.dojo"`',
+    "LABEL": "an operation label such as `e#2`",
+    "SPEC": "`spec`",
+    "MOVE": "`move`",
     "INT": "an integer",
     "FLOAT": "a number",
     "INF": "`inf`",
@@ -195,10 +227,20 @@ _DECL_LINE = re.compile(r"\s*[A-Za-z_]\w*\s+[A-Za-z_]\w*\s*\[")
 _FIRST_WORD = re.compile(r"\s*([A-Za-z_]\w*)")
 
 
-def _classify(code: str) -> str:
+_SPEC_LINE = re.compile(r'\s*spec\s*"')
+_MOVE_LINE = re.compile(r"\s*move\s+[a-z_][a-z0-9_]*\s*\(")
+
+
+def classify(code: str) -> str:
+    # `spec` and `move` are not reserved: a line is a derivation line only
+    # when it has that shape, so arrays may still be called `spec` or `move`.
     first = _FIRST_WORD.match(code)
     if first and first.group(1) == "kernel":
         return "kernel"
+    if _SPEC_LINE.match(code):
+        return "spec"
+    if _MOVE_LINE.match(code):
+        return "move"
     if "=" not in code and _DECL_LINE.match(code):
         return "decl"
     return "body"
@@ -223,22 +265,23 @@ def _syntax_error(error: UnexpectedInput, code: str, line: int) -> Diagnostic:
 @lru_cache(maxsize=8192)
 def parse_line(code: str, line: int):
     """Parse the code of one line (comment already removed) as the kind of
-    line it looks like. Returns a KernelLine, a Buffer or a BodyLine, or raises DojoError. Cached: an editor re-parses a document
+    line it looks like. Returns a KernelLine, SpecLine, MoveLine, Buffer or
+    BodyLine, or raises DojoError. Cached: an editor re-parses a document
     whose lines are mostly unchanged."""
-    kind = _classify(code)
-    first = _FIRST_WORD.match(code)
-    if first and first.group(1) in CONTROL_FLOW and kind == "body":
-        word = first.group(1)
-        span = Span(line, first.start(1) + 1, line, first.end(1) + 1)
-        message = (
-            f"general control flow (`{word}`) is not supported (Table 2): "
-            "a body line is scope sizes followed by one operation"
-        )
-        raise DojoError.at(span, message, "control-flow")
+    kind = classify(code)
     _context.line = line
     try:
         return _LARK.parse(code, start=kind)
     except UnexpectedInput as error:
+        first = _FIRST_WORD.match(code)
+        if first and first.group(1) in CONTROL_FLOW:
+            # `if[{0}] = 1` is a fine access to an array named `if`; only a
+            # line that does not parse is read as an attempt at control flow.
+            word = first.group(1)
+            span = Span(line, first.start(1) + 1, line, first.end(1) + 1)
+            message = (f"general control flow (`{word}`) is not supported (Table 2): "
+                       "a body line is scope sizes followed by one operation")
+            raise DojoError.at(span, message, "control-flow") from None
         raise DojoError([_syntax_error(error, code, line)]) from None
 
 
@@ -354,76 +397,129 @@ class _Assembler:
         return _freeze(self.root.body)
 
 
+_LABEL_SAFE_COMMENT = re.compile(r"(?<![A-Za-z0-9_])#")
+
+
 def _split_comment(raw: str) -> tuple[str, str | None]:
+    # In a move line `op=e#2` names the second operation writing `e`; there a
+    # comment starts only at a `#` that does not follow a name.
+    if _MOVE_LINE.match(raw):
+        found = _LABEL_SAFE_COMMENT.search(raw)
+        return (raw, None) if found is None else (raw[: found.start()], raw[found.end():].rstrip())
     code, hash_, comment = raw.partition("#")
     return code, comment.rstrip() if hash_ else None
+
+
+_SECTIONS = ("start", "derivation", "decls", "body")  # the order in which a file's parts come
+
+
+class _File:
+    """Collects the parsed lines of one file in order, checking that the
+    kernel line, the derivation, the declarations and the body come in that
+    order."""
+
+    def __init__(self) -> None:
+        self.diagnostics: list[Diagnostic] = []
+        self.kernel: KernelLine | None = None
+        self.header: tuple[str, ...] = ()
+        self.spec: SpecLine | None = None
+        self.moves: list[MoveLine] = []
+        self.derivation_comments: tuple[str, ...] = ()
+        self.buffers: list[Buffer] = []
+        self.assembler = _Assembler(self.diagnostics)
+        self.section = "start"
+
+    def error(self, span: Span, message: str) -> None:
+        self.diagnostics.append(Diagnostic(span, message, "structure"))
+
+    def enter(self, section: str, span: Span, what: str) -> None:
+        if _SECTIONS.index(section) < _SECTIONS.index(self.section):
+            self.error(span, f"{what} after the {self.section if self.section != 'decls' else 'declarations'} "
+                       "has begun; a file is the kernel line, its derivation, the declarations, then the body")
+        else:
+            self.section = section
+
+    def add(self, parsed, comments: tuple[str, ...]) -> None:
+        if isinstance(parsed, KernelLine):
+            if self.kernel is not None:
+                self.error(parsed.span, f"a second kernel line; the kernel is already named on line "
+                           f"{self.kernel.span.line} and a file holds one kernel")
+                return
+            if self.section != "start":
+                self.error(parsed.span, "the kernel line must come first, before the declarations and the body")
+            self.kernel, self.header, self.section = parsed, comments, "derivation"
+        elif isinstance(parsed, SpecLine):
+            self.enter("derivation", parsed.span, "a spec line")
+            if self.spec is not None:
+                self.error(parsed.span, f"a second spec line; the spec is already named on line {self.spec.span.line}")
+            self.spec = parsed
+            self.derivation_comments += comments
+        elif isinstance(parsed, MoveLine):
+            self.enter("derivation", parsed.span, "a move line")
+            if self.spec is None:
+                self.error(parsed.span, 'a move line needs a spec line before it: `spec "SPEC.dojo"`')
+            self.moves.append(parsed)
+            self.derivation_comments += comments
+        elif isinstance(parsed, Buffer):
+            self.enter("decls", parsed.span, f"the declaration of `{parsed.name}`")
+            self.buffers.append(replace(parsed, comments=comments) if comments else parsed)
+        else:
+            self.section = "body"
+            self.assembler.add(parsed, comments)
+
+    def program(self, trailing: tuple[str, ...]) -> Program | None:
+        kernel = self.kernel
+        if kernel is None:
+            return None
+        derivation = None
+        if self.spec is not None:
+            derivation = Derivation(self.spec.path, tuple(m.text for m in self.moves), self.derivation_comments,
+                                    self.spec.span, tuple(m.span for m in self.moves))
+        return Program(
+            kernel.name,
+            tuple(n for n, _ in kernel.inputs),
+            tuple(n for n, _ in kernel.outputs),
+            tuple(self.buffers),
+            self.assembler.body(),
+            comments=self.header,
+            trailing=trailing,
+            span=kernel.span,
+            io_spans=tuple(s for _, s in kernel.inputs + kernel.outputs),
+            derivation=derivation,
+        )
 
 
 def parse_with_diagnostics(text: str) -> tuple[Program | None, list[Diagnostic]]:
     """Parse `text`, collecting every syntax and structure error instead of
     stopping at the first. The program is None only when there is no usable
     kernel line; otherwise it holds everything that did parse."""
-    diagnostics: list[Diagnostic] = []
-    kernel: KernelLine | None = None
-    header: tuple[str, ...] = ()
-    buffers: list[Buffer] = []
-    assembler = _Assembler(diagnostics)
+    file = _File()
     pending: list[str] = []
-    section = "start"  # start -> decls -> body
-    last_line = 0
+    first_line = 0
     for number, raw in enumerate(text.splitlines(), start=1):
         code, comment = _split_comment(raw)
         if not code.strip():
             if comment is not None:
                 pending.append(comment)
             continue
-        last_line = number
-        trailing = () if comment is None else (comment,)
+        first_line = first_line or number
         try:
             parsed = parse_line(code, number)
         except DojoError as error:
-            diagnostics.extend(error.diagnostics)
-            if _classify(code) == "body":
-                assembler.broken(number, code)
+            file.diagnostics.extend(error.diagnostics)
+            if classify(code) == "body":
+                file.assembler.broken(number, code)
             continue
-        comments = tuple(pending) + trailing
+        file.add(parsed, tuple(pending) + (() if comment is None else (comment,)))
         pending = []
-        if isinstance(parsed, KernelLine):
-            if kernel is not None:
-                diagnostics.append(Diagnostic(parsed.span, f"a second kernel line; the kernel is already named on "
-                                              f"line {kernel.span.line} and a file holds one kernel", "structure"))
-                continue
-            if section != "start":
-                diagnostics.append(Diagnostic(parsed.span, "the kernel line must come first, before the "
-                                              "declarations and the body", "structure"))
-            kernel, header, section = parsed, comments, "decls"
-        elif isinstance(parsed, Buffer):
-            buffer = parsed
-            if section == "body":
-                diagnostics.append(Diagnostic(buffer.span, f"declaration of `{buffer.name}` after the body has begun; "
-                                              "declarations come before the first body line", "structure"))
-            buffers.append(replace(buffer, comments=comments) if comments else buffer)
-            section = "body" if section == "body" else "decls"
-        else:
-            section = "body"
-            assembler.add(parsed, comments)
-    if kernel is None:
-        span = Span(max(last_line, 1), 1, max(last_line, 1), 1)
-        diagnostics.insert(0, Diagnostic(Span(1, 1, 1, 1) if not last_line else span,
-                                         "expected a kernel line `kernel NAME(INPUTS) -> OUTPUTS` first", "structure"))
-        return None, diagnostics
-    program = Program(
-        kernel.name,
-        tuple(n for n, _ in kernel.inputs),
-        tuple(n for n, _ in kernel.outputs),
-        tuple(buffers),
-        assembler.body(),
-        comments=header,
-        trailing=tuple(pending),
-        span=kernel.span,
-        io_spans=tuple(s for _, s in kernel.inputs + kernel.outputs),
-    )
-    return program, diagnostics
+    program = file.program(tuple(pending))
+    if program is None:
+        line = first_line or 1
+        width = len(text.splitlines()[line - 1]) if first_line else 0
+        where = Span(line, 1, line, max(width, 1) + 1)
+        file.diagnostics.insert(0, Diagnostic(where, "expected a kernel line `kernel NAME(INPUTS) -> OUTPUTS` first",
+                                              "structure"))
+    return program, file.diagnostics
 
 
 def parse(text: str) -> Program:

@@ -102,10 +102,16 @@ def body_lines(body: tuple[Node, ...]) -> list[str]:
 
 
 def to_text(program: Program) -> str:
-    """The canonical text of a program, ending in a newline."""
+    """The canonical text of a program, ending in a newline: the kernel line,
+    the derivation (if any), the declarations and the body, each section
+    after one blank line."""
     header = _comments(program.comments) + [kernel_text(program)]
+    derivation = []
+    if program.derivation is not None:
+        d = program.derivation
+        derivation = _comments(d.comments) + [f'spec "{d.spec}"'] + [f"move {m}" for m in d.moves]
     declarations = [line for b in program.buffers for line in _comments(b.comments) + [buffer_text(b)]]
-    sections = [header, declarations, body_lines(program.body)]
+    sections = [header, derivation, declarations, body_lines(program.body)]
     lines: list[str] = []
     for section in sections:
         if section:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterator, Union
+from collections.abc import Iterator
 
 DTYPES = ("f32", "f64", "i32", "i64")
 FLOAT_DTYPES = ("f32", "f64")
@@ -109,7 +109,7 @@ class Call:
     span: Span | None = _span()
 
 
-Expr = Union[Num, Ref, Access, Name, Unary, Binary, Call]
+Expr = Num | Ref | Access | Name | Unary | Binary | Call
 
 
 def walk_expr(expr: Expr) -> Iterator[Expr]:
@@ -177,7 +177,7 @@ class Scope:
         return f"{self.size}:{self.kind}" if self.kind else str(self.size)
 
 
-Node = Union[Scope, Op]
+Node = Scope | Op
 
 
 # -- declarations -----------------------------------------------------------
@@ -229,6 +229,18 @@ class Buffer:
 
 
 @dataclass(frozen=True)
+class Derivation:
+    """Where a program comes from: the spec file (a path relative to this
+    file) and the moves, in canonical text, that turn the spec into it."""
+
+    spec: str
+    moves: tuple[str, ...] = ()
+    comments: tuple[str, ...] = ()
+    span: Span | None = _span()
+    move_spans: tuple[Span, ...] | None = _span()
+
+
+@dataclass(frozen=True)
 class Program:
     """A whole `.dojo` file. `comments` stand before the kernel line and
     `trailing` after the last line of the body."""
@@ -242,6 +254,7 @@ class Program:
     trailing: tuple[str, ...] = ()
     span: Span | None = _span()
     io_spans: tuple[Span, ...] | None = _span()  # of the names in `inputs + outputs`
+    derivation: Derivation | None = None
 
     @cached_property
     def buffer_of(self) -> dict[str, Buffer]:

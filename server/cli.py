@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from dojo_ir import DojoError, diagnose, interpret, load, random_inputs, to_text
+from dojo_ir.derivation import record, spec_path, verify
+from dojo_ir.fuzz import fuzz
 from dojo_ir.library import KERNELS
+from dojo_ir.moves import KINDS, Analysis, apply, find, parse_move
 
 
 class CommandError(Exception):
@@ -148,6 +153,106 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     return 0
 
 
+def _moves_json(program, moves, analysis) -> list[dict]:
+    rows = []
+    for move in moves:
+        lines = analysis.lines(move)
+        rows.append({"move": str(move), "name": move.name, "title": KINDS[move.name].TITLE,
+                     "line": lines[0] if lines else None, "end_line": lines[1] if lines else None})
+    return rows
+
+
+def cmd_moves(args: argparse.Namespace) -> int:
+    program = _load(args.file)
+    analysis = Analysis(program)
+    rows = _moves_json(program, find(program, analysis), analysis)
+    if args.line is not None:
+        rows = [r for r in rows if r["line"] is not None and r["line"] <= args.line <= r["end_line"]]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        for r in rows:
+            print(f"{r['line']:>4}  {r['move']:<48}  {r['title']}")
+        print(f"{len(rows)} legal move{'s' * (len(rows) != 1)}", file=sys.stderr)
+    return 0
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    program = _load(args.file)
+    moved = program
+    for k, text in enumerate(args.moves, start=1):
+        try:
+            moved = apply(moved, parse_move(text))
+        except DojoError as error:
+            raise CommandError(f"{args.file}: error: move {k} {error.diagnostics[0].message}") from None
+    target = Path(args.out) if args.out else Path(args.file) if args.write else None
+    if args.record:
+        if program.derivation is None and target is not None and target.resolve() == Path(args.file).resolve():
+            raise CommandError(f"{args.file}: error: --record needs a spec: this file has no derivation, so it "
+                               "is the spec; write the result to another file with --out")
+        spec = None
+        if program.derivation is None:
+            base = target.resolve().parent if target is not None else Path.cwd()
+            spec = os.path.relpath(Path(args.file).resolve(), base)
+        elif target is not None:
+            moved = replace(moved, derivation=replace(program.derivation, spec=os.path.relpath(
+                spec_path(program, Path(args.file)), target.resolve().parent)))
+        moved = record(moved, args.moves, spec)
+    text = to_text(moved)
+    if target is None:
+        sys.stdout.write(text)
+    else:
+        write_atomically(target, text.encode())
+        print(f"applied {len(args.moves)} move{'s' * (len(args.moves) != 1)}; wrote {target}", file=sys.stderr)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    failed = 0
+    for file in args.files:
+        program = _load(file)
+        if program.derivation is None:
+            print(f"{file}: error: no derivation to replay (no `spec` line after the kernel line)", file=sys.stderr)
+            failed += 1
+            continue
+        spec_file = spec_path(program, Path(file))
+        diagnostics = verify(program, _load(str(spec_file)))
+        for d in diagnostics:
+            print(d.format(file))
+        if diagnostics:
+            failed += 1
+        else:
+            count = len(program.derivation.moves)
+            print(f"{file}: {count} move{'s' * (count != 1)} from {program.derivation.spec} replay exactly",
+                  file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    names = args.kernels or list(KERNELS)
+    unknown = [n for n in names if n not in KERNELS]
+    if unknown:
+        raise CommandError(f"dojo fuzz: error: no kernel {', '.join(unknown)}; expected names from `dojo kernels`")
+    started = time.perf_counter()
+
+    def progress(done: int, total: int, moves: int) -> None:
+        print(f"\r{done}/{total} walks, {moves} moves", end="", file=sys.stderr, flush=True)
+
+    report = fuzz(names, args.walks, args.steps, args.seed, progress=progress if sys.stderr.isatty() else None)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    for failure in report.failures:
+        print(f"FAIL {failure.kernel}: {failure.problem}")
+        print(f"  reproduce: dojo kernels {failure.kernel} --shape {failure.shape} -o k.dojo && "
+              f"dojo apply k.dojo {' '.join(repr(m) for m in failure.moves)}")
+    summary = {"walks": report.walks, "moves": report.moves, "failures": len(report.failures),
+               "seconds": round(time.perf_counter() - started, 2), "seed": args.seed}
+    print(json.dumps(summary) if args.json else
+          f"{report.walks} walks, {report.moves} moves, {len(report.failures)} changes of meaning "
+          f"in {summary['seconds']} s (seed {args.seed})")
+    return 1 if report.failures else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dojo", description="PerfDojo: optimise ML kernels one legal move at a time.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -177,6 +282,33 @@ def build_parser() -> argparse.ArgumentParser:
     kernels.add_argument("--small", action="store_true", help="the small shape the tests use")
     kernels.add_argument("--out", "-o", metavar="FILE", help="write to FILE instead of standard output")
     kernels.set_defaults(run=cmd_kernels)
+
+    moves = commands.add_parser("moves", help="list every legal move in a file")
+    moves.add_argument("file", metavar="FILE")
+    moves.add_argument("--line", type=int, metavar="L", help="only moves whose node covers line L")
+    moves.add_argument("--json", action="store_true", help="a JSON list of {move, name, title, line, end_line}")
+    moves.set_defaults(run=cmd_moves)
+
+    apply_ = commands.add_parser("apply", help="apply moves and print (or write) the new canonical text")
+    apply_.add_argument("file", metavar="FILE")
+    apply_.add_argument("moves", nargs="+", metavar="MOVE", help="e.g. 'join_scopes(op=e, depth=0)'")
+    where = apply_.add_mutually_exclusive_group()
+    where.add_argument("--write", action="store_true", help="rewrite FILE in place")
+    where.add_argument("--out", "-o", metavar="OUT", help="write the result to OUT")
+    apply_.add_argument("--record", action="store_true", help="keep the moves in the file's derivation")
+    apply_.set_defaults(run=cmd_apply)
+
+    replay_ = commands.add_parser("replay", help="re-derive files from their spec and check they match")
+    replay_.add_argument("files", nargs="+", metavar="FILE")
+    replay_.set_defaults(run=cmd_replay)
+
+    fuzz_ = commands.add_parser("fuzz", help="random walks of legal moves, each result checked against the spec")
+    fuzz_.add_argument("kernels", nargs="*", metavar="KERNEL", help="library kernels (default: all)")
+    fuzz_.add_argument("--walks", type=int, default=16)
+    fuzz_.add_argument("--steps", type=int, default=20)
+    fuzz_.add_argument("--seed", type=int, default=0)
+    fuzz_.add_argument("--json", action="store_true")
+    fuzz_.set_defaults(run=cmd_fuzz)
     return parser
 
 

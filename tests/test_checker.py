@@ -294,7 +294,9 @@ def test_a_scope_of_size_zero_is_reported_without_follow_on_bounds_errors() -> N
 def test_missing_kernel_line_is_reported_at_the_first_line_with_a_visible_range() -> None:
     text = "x f32 [4, 8] heap\ny f32 [4, 8] heap\n\n4 8 y[{0},{1}] = x[{0},{1}]\n"
     (diagnostic,) = diagnose(text)[1]
-    assert diagnostic.format("k.dojo") == "k.dojo:1:1: error: expected a kernel line `kernel NAME(INPUTS) -> OUTPUTS` first"
+    assert diagnostic.format("k.dojo") == (
+        "k.dojo:1:1: error: expected a kernel line `kernel NAME(INPUTS) -> OUTPUTS` first"
+    )
     assert diagnostic.span.end_col > diagnostic.span.col
 
 
@@ -342,6 +344,13 @@ def test_an_array_whose_declaration_did_not_parse_is_not_reported_again_as_unkno
     assert [d.rule for d in diagnose(text)[1]] == ["syntax"]
 
 
+def test_an_undeclared_array_is_reported_even_if_a_bad_line_also_mentions_it() -> None:
+    """Only an array whose own declaration failed to parse is spared a second
+    report; `q` here is declared nowhere."""
+    text = kernel("4 8 y[{0},{1}] = q[{0},{1}] +", "4 8 y[{0},{1}] = q[{0},{1}]")
+    assert [(d.span.line, d.rule) for d in diagnose(text)[1]] == [(6, "syntax"), (7, "unknown-array")]
+
+
 # -- what is not an error -------------------------------------------------------------------------
 
 
@@ -386,7 +395,9 @@ s f32 [24576] heap
             id="product-and-min-accumulators",
         ),
         pytest.param(
-            kernel("s[] = 0", "4 8 s[] += x[{0},{1}]", "4 8 y[{0},{1}] = x[{0},{1}] / s[]", decls=(*DECLS, "s f32 [] heap")),
+            kernel(
+                "s[] = 0", "4 8 s[] += x[{0},{1}]", "4 8 y[{0},{1}] = x[{0},{1}] / s[]", decls=(*DECLS, "s f32 [] heap")
+            ),
             id="scalar-accumulator",
         ),
         pytest.param(FUSED_SOFTMAX, id="fused-softmax-of-format-md"),
@@ -437,5 +448,6 @@ def test_arrays_sharing_a_buffer_share_its_storage_in_dependences() -> None:
 
 
 def test_shared_buffer_inside_a_block_scope_is_accepted() -> None:
-    text = kernel("4:g 8:b t[{0},{1}] = x[{0},{1}]", "|   |   y[{0},{1}] = t[{0},{1}]", decls=(*DECLS, "t f32 [4, 8] shared"))
+    decls = (*DECLS, "t f32 [4, 8] shared")
+    text = kernel("4:g 8:b t[{0},{1}] = x[{0},{1}]", "|   |   y[{0},{1}] = t[{0},{1}]", decls=decls)
     assert formatted(text) == []

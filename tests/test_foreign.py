@@ -255,6 +255,12 @@ VALID: dict[str, tuple] = {
         lambda d: {"m": np.array(max(d["x"].max(), 2 * d["w"].max())),
                    "s": np.array(d["x"].astype(F64).sum() + d["w"].astype(F64).sum())},
     ),
+    "v30_reuse_accumulator": (
+        lambda r: {"x": rnd(r, (8, 4), F32)},
+        lambda d: (lambda x, acc: {"y": 2 * acc,
+                                   "z": ((x - acc[:, None] / 4) ** 2 + 1) * 2 - x})(
+            d["x"].astype(F64), d["x"].astype(F64).sum(1)),
+    ),
 }
 
 # declared dtype of every output, read off the .dojo files by hand

@@ -65,7 +65,12 @@ def _index_value(expr: Expr, env: list[int]) -> int:
     return {"+": left + right, "-": left - right, "*": left * right}[expr.op]
 
 
+COMBINE = {"=": lambda old, new: new, "+=": np.add, "*=": np.multiply, "max=": np.maximum, "min=": np.minimum}
+
+
 class ScalarOracle:
+    """One storage array per buffer, one element at a time, scopes as plain loops."""
+
     def __init__(self, program: Program, inputs: dict[str, np.ndarray]):
         self.program = program
         self.storage = {}
@@ -113,10 +118,7 @@ class ScalarOracle:
                     self.run(node.body, env + [i])
                 continue
             array, where = self.element(node.target, env)
-            new = self.value(node.value, env, array.dtype.type)
-            old = array[where]
-            combine = {"=": lambda o, n: n, "+=": np.add, "*=": np.multiply, "max=": np.maximum, "min=": np.minimum}
-            array[where] = combine[node.assign](old, new)
+            array[where] = COMBINE[node.assign](array[where], self.value(node.value, env, array.dtype.type))
 
     def logical(self, name: str) -> np.ndarray:
         buffer = self.program.buffer_of[name]
@@ -587,7 +589,7 @@ def _check_against_oracle(program: Program, seed: int) -> None:
         _same(actual[name], expected[name], exact=not _uses_transcendentals(program))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.integers(0, 2**16))
 def test_random_programs_match_the_scalar_oracle(program: Program, seed: int) -> None:
     _check_against_oracle(program, seed)

@@ -83,7 +83,10 @@ def test_a_scope_continued_by_bars_keeps_the_span_of_the_line_that_opened_it() -
 
 
 def test_equality_ignores_spans() -> None:
-    spaced = "kernel   k ( x )->y\nx   f32 [4 ,8:2]heap\ny f32 [4,8] heap\n\n\n4:p   8  y[ {0},{1} ]=(x[{0},{1}]+ - {1})*2\n"
+    spaced = (
+        "kernel   k ( x )->y\nx   f32 [4 ,8:2]heap\ny f32 [4,8] heap\n\n\n"
+        "4:p   8  y[ {0},{1} ]=(x[{0},{1}]+ - {1})*2\n"
+    )
     assert parse(spaced) == parse(KERNEL)
     assert hash(parse(spaced)) == hash(parse(KERNEL))
     assert Ref(0, _line(1, 1, 4)) == Ref(0, _line(9, 9, 12))
@@ -237,7 +240,8 @@ def test_what_did_parse_is_kept_around_bad_lines() -> None:
 def test_structure_errors() -> None:
     late = "kernel k() -> y\n\ny[] = 1\ny f32 [] heap\n"
     assert [d.format("k.dojo") for d in parse_with_diagnostics(late)[1]] == [
-        "k.dojo:4:1: error: declaration of `y` after the body has begun; declarations come before the first body line"
+        "k.dojo:4:1: error: the declaration of `y` after the body has begun; a file is the kernel line, its "
+        "derivation, the declarations, then the body"
     ]
     twice = "kernel k() -> y\nkernel j() -> y\ny f32 [] heap\n"
     assert [d.format("k.dojo") for d in parse_with_diagnostics(twice)[1]] == [

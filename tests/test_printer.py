@@ -104,7 +104,12 @@ def test_fused_softmax_prints_exactly_as_in_format_md() -> None:
 
 
 def test_bar_stands_under_the_first_character_of_the_size_it_continues() -> None:
-    text = "kernel k() -> y\n\ny f32 [4, 4] heap\n\n4:p   2   y[{0},{1}] = 1\n|  |  3   y[{0},{2}] = 2\n| 1:u y[{0},0] = 3\n"
+    text = (
+        "kernel k() -> y\n\ny f32 [4, 4] heap\n\n"
+        "4:p   2   y[{0},{1}] = 1\n"
+        "|  |  3   y[{0},{2}] = 2\n"
+        "| 1:u y[{0},0] = 3\n"
+    )
     body = _body(to_text(parse(text)))
     assert body == (
         "4:p 2 y[{0},{1}] = 1\n"
@@ -190,7 +195,8 @@ def test_number_literals_keep_their_text() -> None:
 
 def test_index_expressions_print_compactly_and_keep_their_tree() -> None:
     index = Binary("-", Binary("*", Ref(0), Num("4")), Binary("+", Ref(1), Num("1")))
-    program = Program("k", (), ("y",), (), (Scope(2, "", (Scope(3, "", (Op(Access("y", (index,)), "=", Num("0")),)),)),))
+    op = Op(Access("y", (index,)), "=", Num("0"))
+    program = Program("k", (), ("y",), (), (Scope(2, "", (Scope(3, "", (op,)),)),))
     text = to_text(program)
     assert _body(text) == "2 3 y[{0}*4-({1}+1)] = 0\n"
     assert parse(text) == program

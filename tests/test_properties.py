@@ -157,7 +157,7 @@ def test_damaged_random_programs_are_diagnosed_never_crash(program: Program, dat
     _assert_survives(_damaged(to_text(program), data))
 
 
-def test_damage_examples_that_once_mattered() -> None:
+def test_fixed_damaged_texts_are_diagnosed() -> None:
     """A few fixed damaged texts, so that a regression shows without luck."""
     base = KERNELS["softmax"].small()
     for text in (

@@ -149,6 +149,22 @@ class Analysis:
         site = self.first_site(path)
         return site.label, (None if len(path) == len(site.path) else len(path) - 1)
 
+    def lines(self, move: Move) -> tuple[int, int] | None:
+        """The lines of the node a move acts on (first, last): a scope spans
+        its operations' lines, a buffer its declaration. None for a tree that
+        was not parsed from text."""
+        args = dict(move.args)
+        if "buffer" in args:
+            buffer = next((b for b in self.program.buffers if b.name == args["buffer"]), None)
+            return (buffer.span.line, buffer.span.line) if buffer is not None and buffer.span else None
+        site = self.by_label.get(str(args.get("op")))
+        if site is None:
+            return None
+        depth = args.get("depth")
+        path = site.path if not isinstance(depth, int) else site.path[: depth + 1]
+        inside = [s.line for s in self.sites if s.path[: len(path)] == path and s.line is not None]
+        return (min(inside), max(inside)) if inside else None
+
     @cached_property
     def _touches(self) -> list[tuple[Path, Touch]]:
         return [(s.path, t) for s in self.sites for t in touches(s.op, s.chain)]

@@ -11,6 +11,7 @@ one. Always legal: the iterations run in the same order. The inverse is
 from __future__ import annotations
 
 from collections.abc import Iterator
+from math import isqrt
 
 from ..tree import Program, Scope
 from .base import Analysis, Move, iter_paths, splice, with_body
@@ -20,14 +21,19 @@ NAME = "split_scope"
 TITLE = "Tile the scope"
 
 
+def divisors(n: int) -> list[int]:
+    """The divisors of n strictly between 1 and n, in increasing order."""
+    small = [f for f in range(2, isqrt(n) + 1) if n % f == 0]
+    return small + [n // f for f in reversed(small) if n // f != f]
+
+
 def candidates(a: Analysis) -> Iterator[Move]:
     for path, node in iter_paths(a.program.body):
         if isinstance(node, Scope) and not node.kind:
             label, depth = a.locate(path)
             line = a.first_site(path).line
-            for factor in range(2, node.size // 2 + 1):
-                if node.size % factor == 0:
-                    yield Move(NAME, (("op", label), ("depth", depth), ("factor", factor)), line)
+            for factor in divisors(node.size):
+                yield Move(NAME, (("op", label), ("depth", depth), ("factor", factor)), line)
 
 
 def why_not(a: Analysis, move: Move) -> str | None:

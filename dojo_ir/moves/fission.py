@@ -1,0 +1,155 @@
+"""fission: split a scope in two; the inverse of join_scopes.
+
+    N  A               N  A
+    |  B       ->      N  B
+
+`fission(op=X, depth=d)` names the scope at depth d around operation X; it
+becomes two scopes of the same size and kind, the second starting with the
+child that holds X (which must not be the first child). References `{d}`
+keep their meaning because both scopes sit at depth d.
+
+Legal when no element is touched by the two parts in different iterations
+(one touch a write). Fission runs every iteration of the first part before
+any of the second, which reverses exactly the pairs where the first part's
+iteration is later (`>`); the `<` pairs are refused too, so that
+join_scopes, which asks the same question, can always undo the move. Two
+updates of the same reduction operator may be reordered (that only
+reassociates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..tree import Program, Scope
+from .base import Analysis, Move, Path, iter_paths, splice, with_body
+
+NAME = "fission"
+TITLE = "Split the scope before this statement"
+
+
+def candidates(a: Analysis) -> Iterator[Move]:
+    for path, node in iter_paths(a.program.body):
+        if isinstance(node, Scope):
+            for child in range(1, len(node.body)):
+                site = a.first_site(path + (child,))
+                yield Move(NAME, (("op", site.label), ("depth", len(path) - 1)), site.line)
+
+
+def _parts(a: Analysis, move: Move) -> tuple[Path, Scope, int]:
+    """The scope's path, the scope, and the index of the child that starts the second part."""
+    site, path, scope = a.scope(move)
+    return path, scope, site.path[len(path)]
+
+
+def why_not(a: Analysis, move: Move) -> str | None:
+    path, scope, cut = _parts(a, move)
+    if cut == 0:
+        return f"`{move.arg('op')}` is in the scope's first child, so the first part would be empty"
+    depth = len(path) - 1
+    first = [t for i in range(cut) for t in a.touches_in(path + (i,))]
+    second = [t for i in range(cut, len(scope.body)) for t in a.touches_in(path + (i,))]
+    for relation in ("<", ">"):
+        if a.depends(first, second, ("=",) * depth + (relation,)):
+            return ("the two parts touch the same element in different iterations, so running all of the first "
+                    "part before the second would change the order of a write and another access")
+    return None
+
+
+def rewrite(a: Analysis, move: Move) -> Program:
+    path, scope, cut = _parts(a, move)
+    parts = (Scope(scope.size, scope.kind, scope.body[:cut]), Scope(scope.size, scope.kind, scope.body[cut:]))
+    return with_body(a.program, splice(a.program.body, path, parts))
+
+
+EXAMPLES = [
+    (
+        # A fused softmax row split where the sum begins: the second part
+        # reads `e` only in the row that wrote it.
+        """kernel softmax(x) -> y
+
+x f32 [4, 8] heap
+y f32 [4, 8] heap
+m f32 [4] heap
+e f32 [4, 8] heap
+s f32 [4] heap
+
+4 m[{0}] = -inf
+| 8 m[{0}] max= x[{0},{1}]
+| 8 e[{0},{1}] = exp(x[{0},{1}] - m[{0}])
+| s[{0}] = 0
+| 8 s[{0}] += e[{0},{1}]
+| 8 y[{0},{1}] = e[{0},{1}] / s[{0}]
+""",
+        "fission(op=s#1, depth=0)",
+        """kernel softmax(x) -> y
+
+x f32 [4, 8] heap
+y f32 [4, 8] heap
+m f32 [4] heap
+e f32 [4, 8] heap
+s f32 [4] heap
+
+4 m[{0}] = -inf
+| 8 m[{0}] max= x[{0},{1}]
+| 8 e[{0},{1}] = exp(x[{0},{1}] - m[{0}])
+4 s[{0}] = 0
+| 8 s[{0}] += e[{0},{1}]
+| 8 y[{0},{1}] = e[{0},{1}] / s[{0}]
+""",
+    ),
+    (
+        # An inner scope of a kind; both parts keep it.
+        """kernel k(x) -> y, z
+
+x f32 [4, 8] heap
+y f32 [4, 8] heap
+z f32 [4, 8] heap
+
+4 8:v y[{0},{1}] = x[{0},{1}] + 1
+| |   z[{0},{1}] = y[{0},{1}] * 2
+""",
+        "fission(op=z, depth=1)",
+        """kernel k(x) -> y, z
+
+x f32 [4, 8] heap
+y f32 [4, 8] heap
+z f32 [4, 8] heap
+
+4 8:v y[{0},{1}] = x[{0},{1}] + 1
+| 8:v z[{0},{1}] = y[{0},{1}] * 2
+""",
+    ),
+]
+
+NOT_APPLICABLE = [
+    (
+        # Iteration i reads t[i+1] before iteration i+1 overwrites it; split,
+        # every write would come before every read.
+        """kernel k(x) -> y
+
+x f32 [5] heap
+y f32 [4] heap
+t f32 [5] heap
+
+5 t[{0}] = x[{0}]
+4 t[{0}] = x[{0}] * 2
+| y[{0}] = t[{0}+1]
+""",
+        "fission(op=y, depth=0)",
+    ),
+    (
+        # `m#1` is the scope's first child: there is nothing to split off before it.
+        """kernel softmax(x) -> y
+
+x f32 [4, 8] heap
+y f32 [4, 8] heap
+m f32 [4] heap
+
+4 m[{0}] = -inf
+| 8 m[{0}] max= x[{0},{1}]
+| 8 y[{0},{1}] = exp(x[{0},{1}] - m[{0}])
+""",
+        "fission(op=m#1, depth=0)",
+    ),
+]

@@ -1,0 +1,335 @@
+"""reuse_dims: store one dimension of a temporary buffer as `D:1`.
+
+    t f32 [N] heap                     t f32 [N:1] heap
+    N  t[{0}] = ...            ->      N  t[{0}] = ...
+    |  y[{0}] = t[{0}] ...             |  y[{0}] = t[{0}] ...
+
+`reuse_dims(buffer=t, dim=k)` keeps one element of dimension k instead of N:
+index i now means stored element i mod 1 = 0, so every iteration reuses the
+same storage (the paper's Figure 6). The accesses do not change.
+
+Legal when t is a temporary (the layout of inputs and outputs is the kernel's
+interface), dimension k has an extent above 1 and is not folded yet, and each
+element of dimension k is produced and consumed within one iteration:
+- every access to every array of t indexes dimension k by one affine form g;
+- with d the deepest scope that g refers to, all these accesses lie inside
+  one scope S at depth d (the root when g is a constant);
+- g is injective over the box of the scopes at depths 0 to d around S, so an
+  element of dimension k is touched in one iteration of S and of the scopes
+  around it only;
+- each of those scopes runs its iterations one after another (sequential or
+  `:u`), or gives each of them its own copy of t (a `stack` t under `:p :g :b
+  :w`, a `shared` t under `:g`; see mapping.py): iterations that run at once
+  on one copy (`:v`, or t on the heap) would share the one element.
+Then each iteration touches only elements no other iteration touches, all
+with the same index in dimension k, so keeping one of them at a time changes
+no value that is read (a read of an element never written is undefined
+either way). Without a preceding `join_scopes` the producer and the consumer
+are separate scopes and the move is not legal. The inverse is `unreuse_dims`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+
+from ..affine import Affine, affine
+from ..printer import expr_text
+from ..solve import Constraint, feasible
+from ..tree import Access, Buffer, Dim, Program
+from .base import NOWHERE, Analysis, IllegalMove, Move, Site
+
+NAME = "reuse_dims"
+TITLE = "Store one element of the dimension"
+
+SEQUENTIAL = ("", "u")  # scope kinds whose iterations run one after another
+# The locations of the temporaries that code generation gives each iteration of
+# a scope of this kind its own copy of, when they are used only inside the
+# scope (mapping.py's private buffers; the table parallelize_scope and map_gpu use).
+OWN_MEMORY = {"p": ("stack",), "g": ("stack", "shared"), "b": ("stack",), "w": ("stack",)}
+
+# -- buffer locations, shared by the moves that change a buffer's layout --------
+
+
+def named_buffer(a: Analysis, move: Move) -> Buffer:
+    """The buffer a move names with `buffer=...`."""
+    name = str(move.arg("buffer"))
+    for buffer in a.program.buffers:
+        if buffer.name == name:
+            return buffer
+    known = ", ".join(b.name for b in a.program.buffers)
+    raise IllegalMove.at(NOWHERE, f"`{move}`: no buffer `{name}`; the buffers are {known}", move.name)
+
+
+def interface(program: Program, buffer: Buffer) -> str | None:
+    """Why the layout of `buffer` may not change, if it holds a kernel input or output."""
+    for array in buffer.array_names:
+        if array in program.inputs or array in program.outputs:
+            return (f"`{array}` is a kernel input or output, whose layout is the kernel's interface; "
+                    "only temporaries can be rearranged")
+    return None
+
+
+def temporaries(program: Program) -> Iterator[Buffer]:
+    return (b for b in program.buffers if interface(program, b) is None)
+
+
+def bad_dim(buffer: Buffer, dim: object, count: int | None = None) -> str | None:
+    """Why `dim` does not name one of the first `count` (default: all) dimensions of `buffer`."""
+    count = len(buffer.dims) if count is None else count
+    if isinstance(dim, int) and dim < count:
+        return None
+    if count <= 0:
+        return f"`{buffer.name}` has no such dimension"
+    return f"dim must be 0 to {count - 1} for `{buffer.name}`"
+
+
+def buffer_accesses(a: Analysis, buffer: Buffer) -> list[tuple[Site, Access]]:
+    """Every access to every array of `buffer`, with the operation it is in."""
+    arrays = set(buffer.array_names)
+    return [(s, x) for s in a.sites for x in (s.op.target, *s.op.reads) if x.array in arrays]
+
+
+def with_dim(program: Program, buffer: Buffer, k: int, dim: Dim) -> Program:
+    """`program` with dimension k of `buffer` declared as `dim`."""
+    dims = buffer.dims[:k] + (dim,) + buffer.dims[k + 1:]
+    return with_buffer(program, replace(buffer, dims=dims))
+
+
+def with_buffer(program: Program, buffer: Buffer) -> Program:
+    """`program` with the declaration of the buffer of that name replaced."""
+    return replace(program, buffers=tuple(buffer if b.name == buffer.name else b for b in program.buffers))
+
+
+# -- the condition shared with unreuse_dims ------------------------------------
+
+
+def injective(form: Affine, sizes: Sequence[int]) -> bool:
+    """Whether `form` takes a different value at every point of the box
+    `0 <= {d} < sizes[d]`: no nonzero step inside the box (`|step_d| < sizes[d]`)
+    leaves it unchanged. A step and its negation are the same question, so it
+    is enough to ask, for each scope, for steps whose first nonzero entry is
+    there and positive. Undecided counts as not injective."""
+    moving = [d for d, size in enumerate(sizes) if size > 1]
+    if any(not form.coef(d) for d in moving):
+        return False
+    for first, depth in enumerate(moving):
+        rest = moving[first:]
+        bounds = [(1, sizes[depth] - 1)] + [(1 - sizes[d], sizes[d] - 1) for d in rest[1:]]
+        unchanged = Constraint(tuple((i, form.coef(d)) for i, d in enumerate(rest)), 0, True)
+        if feasible(bounds, [unchanged]) is not False:
+            return False
+    return True
+
+
+def one_iteration(a: Analysis, buffer: Buffer, k: int, *, one_at_a_time: bool) -> str | None:
+    """None when every element of dimension k of `buffer` is touched in one
+    iteration only of one scope and the scopes around it (conditions 1-3 of
+    the module docstring; with `one_at_a_time`, also condition 4), else why not."""
+    found = buffer_accesses(a, buffer)
+    if not found:
+        return f"no operation accesses `{buffer.name}`"
+    forms = {affine(x.index[k]): x.index[k] for _, x in found}
+    if len(forms) > 1:
+        first, second = list(forms.values())[:2]
+        return (f"the accesses to `{buffer.name}` index dimension {k} differently (`{expr_text(first, True)}` and "
+                f"`{expr_text(second, True)}`), so one element may be used by several iterations")
+    (g,) = forms
+    depth = max(g.depths, default=-1)
+    scope = found[0][0].path[: depth + 1]
+    if any(s.path[: depth + 1] != scope for s, _ in found):
+        return (f"the accesses to `{buffer.name}` lie in different scopes at depth {depth}, so an element of "
+                f"dimension {k} is produced in one scope and used in another; join the scopes first")
+    chain = found[0][0].chain[: depth + 1]
+    if not injective(g, [s.size for s in chain]):
+        return (f"index `{expr_text(forms[g], True)}` takes the same value in several iterations of the scopes "
+                f"around the accesses, so an element of dimension {k} lives across iterations")
+    shared = [s for s in chain if s.size > 1 and s.kind not in SEQUENTIAL
+              and buffer.location not in OWN_MEMORY.get(s.kind, ())]
+    if one_at_a_time and shared:
+        return (f"the scope `{shared[0].token}` runs its iterations at once on one copy of `{buffer.name}` (in "
+                f"`{buffer.location}` memory), and they would all share the one stored element of dimension {k}")
+    return None
+
+
+# -- the move ---------------------------------------------------------------------
+
+
+def candidates(a: Analysis) -> Iterator[Move]:
+    for buffer in temporaries(a.program):
+        for k, dim in enumerate(buffer.dims):
+            if dim.stored is None and dim.size > 1:
+                yield Move(NAME, (("buffer", buffer.name), ("dim", k)), buffer.span.line if buffer.span else None)
+
+
+def why_not(a: Analysis, move: Move) -> str | None:
+    buffer = named_buffer(a, move)
+    k = move.arg("dim")
+    reason = interface(a.program, buffer) or bad_dim(buffer, k)
+    if reason:
+        return reason
+    dim = buffer.dims[k]
+    if dim.stored is not None:
+        return f"dimension {k} of `{buffer.name}` is already stored as `{dim}`"
+    if dim.size == 1:
+        return f"dimension {k} of `{buffer.name}` has extent 1 already"
+    return one_iteration(a, buffer, k, one_at_a_time=True)
+
+
+def rewrite(a: Analysis, move: Move) -> Program:
+    buffer = named_buffer(a, move)
+    k = move.arg("dim")
+    return with_dim(a.program, buffer, k, Dim(buffer.dims[k].size, 1))
+
+
+EXAMPLES = [
+    (
+        # Figure 6, top: after join_scopes each t[i] is written and read in iteration i.
+        """kernel k(x) -> y
+
+x f32 [4] heap
+y f32 [4] heap
+t f32 [4] heap
+
+4 t[{0}] = exp(x[{0}])
+| y[{0}] = t[{0}] + 1
+""",
+        "reuse_dims(buffer=t, dim=0)",
+        """kernel k(x) -> y
+
+x f32 [4] heap
+y f32 [4] heap
+t f32 [4:1] heap
+
+4 t[{0}] = exp(x[{0}])
+| y[{0}] = t[{0}] + 1
+""",
+    ),
+    (
+        # Fused softmax rows: one row of e and one sum at a time.
+        """kernel k(x) -> y
+
+x f32 [3, 5] heap
+y f32 [3, 5] heap
+e f32 [3, 5] heap
+s f32 [3] heap
+
+3 s[{0}] = 0
+| 5 e[{0},{1}] = exp(x[{0},{1}])
+| 5 s[{0}] += e[{0},{1}]
+| 5 y[{0},{1}] = e[{0},{1}] / s[{0}]
+""",
+        "reuse_dims(buffer=e, dim=0)",
+        """kernel k(x) -> y
+
+x f32 [3, 5] heap
+y f32 [3, 5] heap
+e f32 [3:1, 5] heap
+s f32 [3] heap
+
+3 s[{0}] = 0
+| 5 e[{0},{1}] = exp(x[{0},{1}])
+| 5 s[{0}] += e[{0},{1}]
+| 5 y[{0},{1}] = e[{0},{1}] / s[{0}]
+""",
+    ),
+    (
+        # After a split the index `{0}*4+{1}` still names one iteration of the two scopes.
+        """kernel k(x) -> y
+
+x f32 [8] heap
+y f32 [8] heap
+t f32 [8] heap
+
+2 4 t[{0}*4+{1}] = exp(x[{0}*4+{1}])
+| | y[{0}*4+{1}] = t[{0}*4+{1}] + 1
+""",
+        "reuse_dims(buffer=t, dim=0)",
+        """kernel k(x) -> y
+
+x f32 [8] heap
+y f32 [8] heap
+t f32 [8:1] heap
+
+2 4 t[{0}*4+{1}] = exp(x[{0}*4+{1}])
+| | y[{0}*4+{1}] = t[{0}*4+{1}] + 1
+""",
+    ),
+    (
+        # Each thread has its own copy of a `stack` temporary, so it may keep one element.
+        """kernel k(x) -> y
+
+x f32 [4] heap
+y f32 [4] heap
+t f32 [4] stack
+
+4:p t[{0}] = exp(x[{0}])
+|   y[{0}] = t[{0}] + 1
+""",
+        "reuse_dims(buffer=t, dim=0)",
+        """kernel k(x) -> y
+
+x f32 [4] heap
+y f32 [4] heap
+t f32 [4:1] stack
+
+4:p t[{0}] = exp(x[{0}])
+|   y[{0}] = t[{0}] + 1
+""",
+    ),
+]
+
+NOT_APPLICABLE = [
+    (
+        # Figure 6, bottom: all of t is written before any is read, so one
+        # element would leave y with exp(x[3]) + 1 everywhere.
+        """kernel k(x) -> y
+
+x f32 [4] heap
+y f32 [4] heap
+t f32 [4] heap
+
+4 t[{0}] = exp(x[{0}])
+4 y[{0}] = t[{0}] + 1
+""",
+        "reuse_dims(buffer=t, dim=0)",
+    ),
+    (
+        # Dimension 1 of e is indexed by the inner scopes, and a whole row is
+        # written by one inner scope before another reads it.
+        """kernel k(x) -> y
+
+x f32 [3, 5] heap
+y f32 [3, 5] heap
+e f32 [3, 5] heap
+
+3 5 e[{0},{1}] = exp(x[{0},{1}])
+| 5 y[{0},{1}] = e[{0},{1}] + 1
+""",
+        "reuse_dims(buffer=e, dim=1)",
+    ),
+    (
+        # The threads of a parallel scope share the heap, and so t's one element.
+        """kernel k(x) -> y
+
+x f32 [4] heap
+y f32 [4] heap
+t f32 [4] heap
+
+4:p t[{0}] = exp(x[{0}])
+|   y[{0}] = t[{0}] + 1
+""",
+        "reuse_dims(buffer=t, dim=0)",
+    ),
+    (
+        # y is the kernel's output: its layout is the interface.
+        """kernel k(x) -> y
+
+x f32 [4] heap
+y f32 [4] heap
+
+4 y[{0}] = exp(x[{0}])
+""",
+        "reuse_dims(buffer=y, dim=0)",
+    ),
+]

@@ -1,0 +1,113 @@
+"""unroll_scope: unroll a small sequential scope.
+
+    N  A      ->      N:u  A
+
+`unroll_scope(op=X, depth=d)` marks the sequential scope at depth d around
+operation X `:u`: the code generator writes its N iterations out one after the
+other. Legal for N <= 32, which keeps the generated code small, when the
+nesting rules of `mapping.py` still hold (no GPU scope may end up inside a
+`:u`). Always keeps the meaning: the iterations run in the same order. The
+inverse is `unmap_scope`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..tree import Program, Scope
+from .base import Analysis, Move, iter_paths
+from .mapping import nesting_problem, with_kind
+
+NAME = "unroll_scope"
+TITLE = "Unroll the scope"
+
+MAX_SIZE = 32
+
+
+def candidates(a: Analysis) -> Iterator[Move]:
+    for path, node in iter_paths(a.program.body):
+        if isinstance(node, Scope) and not node.kind and node.size <= MAX_SIZE:
+            label, depth = a.locate(path)
+            yield Move(NAME, (("op", label), ("depth", depth)), a.first_site(path).line)
+
+
+def why_not(a: Analysis, move: Move) -> str | None:
+    _, path, scope = a.scope(move)
+    if scope.kind:
+        return f"the scope is already mapped (`{scope.token}`); only a sequential scope can be unrolled"
+    if scope.size > MAX_SIZE:
+        return f"the scope has {scope.size} iterations; only scopes of at most {MAX_SIZE} are unrolled"
+    return nesting_problem(a, path, "u")
+
+
+def rewrite(a: Analysis, move: Move) -> Program:
+    _, path, _ = a.scope(move)
+    return with_kind(a, path, "u")
+
+
+EXAMPLES = [
+    (
+        """kernel k(x) -> y
+
+x f32 [8, 3] heap
+y f32 [8, 3] heap
+
+8 3 y[{0},{1}] = x[{0},{1}] * 2
+""",
+        "unroll_scope(op=y, depth=1)",
+        """kernel k(x) -> y
+
+x f32 [8, 3] heap
+y f32 [8, 3] heap
+
+8 3:u y[{0},{1}] = x[{0},{1}] * 2
+""",
+    ),
+    (
+        # A reduction's scope unrolls too: the updates keep their order.
+        """kernel k(a, b) -> c
+
+a f32 [3, 4] heap
+b f32 [4, 5] heap
+c f32 [3, 5] heap
+
+3 5 c[{0},{1}] = 0
+3 5 4 c[{0},{1}] += a[{0},{2}] * b[{2},{1}]
+""",
+        "unroll_scope(op=c#2, depth=2)",
+        """kernel k(a, b) -> c
+
+a f32 [3, 4] heap
+b f32 [4, 5] heap
+c f32 [3, 5] heap
+
+3 5 c[{0},{1}] = 0
+3 5 4:u c[{0},{1}] += a[{0},{2}] * b[{2},{1}]
+""",
+    ),
+]
+
+NOT_APPLICABLE = [
+    (
+        # 64 iterations are more than the 32 that are unrolled.
+        """kernel k(x) -> y
+
+x f32 [64] heap
+y f32 [64] heap
+
+64 y[{0}] = x[{0}] * 2
+""",
+        "unroll_scope(op=y, depth=0)",
+    ),
+    (
+        # The `:b` scope would end up inside a `:u`.
+        """kernel k(x) -> y
+
+x f32 [4, 2, 8] heap
+y f32 [4, 2, 8] heap
+
+4:g 2 8:b y[{0},{1},{2}] = x[{0},{1},{2}] * 2
+""",
+        "unroll_scope(op=y, depth=1)",
+    ),
+]

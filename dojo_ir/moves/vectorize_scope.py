@@ -1,0 +1,247 @@
+"""vectorize_scope: run the iterations of a sequential scope as the lanes of
+one vector instruction.
+
+    N/4 4  y[{0}*4+{1}] = x[{0}*4+{1}] * 2      ->      N/4 4:v  y[...] = ...
+
+`vectorize_scope(op=X, depth=d)` marks the sequential scope at depth d around
+operation X `:v`. As in the paper (section 2), the scope must already have the
+vector's size (tile it with `split_scope` first) and wrap a single operation
+with vectorizable arguments. Legal when
+- the size is a vector width, 2, 4, 8 or 16, and the size times the bytes of
+  every dtype the operation touches is at most 64 (one 512-bit register);
+- the body is exactly one operation, no scope;
+- every access is vectorizable: an index either does not use the lane
+  variable `{d}` (a broadcast) or is `{d}` with coefficient 1 plus terms of
+  outer scopes in the last dimension only (contiguous), and that dimension is
+  not folded (`D:K`);
+- the target varies with the lane (contiguous), except that a reduction
+  (`+= *= max= min=`) may have a target without `{d}`: a horizontal
+  reduction, whose lanes are combined in another order (reassociation, which
+  reductions allow);
+- `{d}` is not used as a value outside an index (there is no index vector);
+- no element is touched by two lanes with one writing, apart from updates of
+  one reduction;
+- the nesting rules of `mapping.py` still hold (no `:v` inside a `:v`).
+The inverse is `unmap_scope`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..affine import affine
+from ..printer import access_text
+from ..tree import Access, Binary, Call, Expr, Op, Program, Ref, Scope, Unary
+from .base import Analysis, Move, iter_paths
+from .mapping import nesting_problem, with_kind
+
+NAME = "vectorize_scope"
+TITLE = "Vectorize the scope"
+
+WIDTHS = (2, 4, 8, 16)
+VECTOR_BYTES = 64
+_DTYPE_BYTES = {"f32": 4, "i32": 4, "f64": 8, "i64": 8}
+
+
+def candidates(a: Analysis) -> Iterator[Move]:
+    for path, node in iter_paths(a.program.body):
+        if isinstance(node, Scope) and not node.kind and node.size in WIDTHS:
+            label, depth = a.locate(path)
+            yield Move(NAME, (("op", label), ("depth", depth)), a.first_site(path).line)
+
+
+def _lane_as_value(expr: Expr, lane: int) -> bool:
+    """Does `{lane}` occur in `expr` outside the indices of its accesses?"""
+    if isinstance(expr, Ref):
+        return expr.depth == lane
+    if isinstance(expr, Unary):
+        return _lane_as_value(expr.operand, lane)
+    if isinstance(expr, Binary):
+        return _lane_as_value(expr.left, lane) or _lane_as_value(expr.right, lane)
+    if isinstance(expr, Call):
+        return any(_lane_as_value(arg, lane) for arg in expr.args)
+    return False
+
+
+def _unvectorizable(a: Analysis, access: Access, lane: int) -> str | None:
+    """Why the lanes' instances of `access` are not one vector load or store
+    (contiguous) or one broadcast, or None."""
+    last = len(access.index) - 1
+    for position, index in enumerate(access.index):
+        coef = affine(index).coef(lane)
+        if not coef:
+            continue
+        if position != last or coef != 1:
+            return (f"`{access_text(access)}` is strided in the lanes: `{{{lane}}}` may appear only in the last "
+                    "index, with coefficient 1")
+        if a.program.buffer_of[access.array].dims[last].stored is not None:
+            return f"`{access_text(access)}` runs along a folded (`D:K`) dimension, which is not contiguous"
+    return None
+
+
+def _vector_problem(a: Analysis, op: Op, lane: int, size: int) -> str | None:
+    arrays = (op.target, *op.reads)
+    widest = max(_DTYPE_BYTES[a.program.buffer_of[x.array].dtype] for x in arrays)
+    if size * widest > VECTOR_BYTES:
+        return f"{size} lanes of {widest} bytes exceed a {VECTOR_BYTES}-byte vector"
+    for access in arrays:
+        problem = _unvectorizable(a, access, lane)
+        if problem:
+            return problem
+    if not any(affine(i).coef(lane) for i in op.target.index) and not op.reduction:
+        return f"every lane would write the same element `{access_text(op.target)}`"
+    if _lane_as_value(op.value, lane):
+        return f"`{{{lane}}}` is used as a value, and there is no vector of lane indices"
+    return None
+
+
+def why_not(a: Analysis, move: Move) -> str | None:
+    _, path, scope = a.scope(move)
+    if scope.kind:
+        return f"the scope is already mapped (`{scope.token}`); only a sequential scope can be vectorized"
+    if scope.size not in WIDTHS:
+        return f"the scope has {scope.size} iterations; a vector has 2, 4, 8 or 16 lanes"
+    if len(scope.body) != 1 or not isinstance(scope.body[0], Op):
+        return "the scope must hold exactly one operation and nothing else"
+    lane = len(path) - 1
+    problem = _vector_problem(a, scope.body[0], lane, scope.size) or nesting_problem(a, path, "v")
+    if problem:
+        return problem
+    inside = a.touches_in(path)
+    # Both lists are the same, so `<` also tries every pair the other way round.
+    if a.depends(inside, inside, ("=",) * lane + ("<",)):
+        return "two lanes touch the same element, one writing"
+    return None
+
+
+def rewrite(a: Analysis, move: Move) -> Program:
+    _, path, _ = a.scope(move)
+    return with_kind(a, path, "v")
+
+
+EXAMPLES = [
+    (
+        # After `split_scope(op=y, depth=0, factor=16)`.
+        """kernel k(x) -> y
+
+x f32 [64] heap
+y f32 [64] heap
+
+4 16 y[{0}*16+{1}] = x[{0}*16+{1}] * 2
+""",
+        "vectorize_scope(op=y, depth=1)",
+        """kernel k(x) -> y
+
+x f32 [64] heap
+y f32 [64] heap
+
+4 16:v y[{0}*16+{1}] = x[{0}*16+{1}] * 2
+""",
+    ),
+    (
+        # The paper's GPU elementwise multiply (section 4, Figure 15a): the
+        # innermost scope of size 4 vectorized under a block of 8.
+        """kernel mul(x, y) -> z
+
+x f32 [2, 32] heap
+y f32 [2, 32] heap
+z f32 [2, 32] heap
+
+2:g 8:b 4 z[{0},{1}*4+{2}] = x[{0},{1}*4+{2}] * y[{0},{1}*4+{2}]
+""",
+        "vectorize_scope(op=z, depth=2)",
+        """kernel mul(x, y) -> z
+
+x f32 [2, 32] heap
+y f32 [2, 32] heap
+z f32 [2, 32] heap
+
+2:g 8:b 4:v z[{0},{1}*4+{2}] = x[{0},{1}*4+{2}] * y[{0},{1}*4+{2}]
+""",
+    ),
+    (
+        # A horizontal reduction: all lanes update `s[{0}]`; `g[{1}]` is
+        # loaded contiguously and `c[]` broadcast.
+        """kernel k(x, g, c) -> s
+
+x f32 [3, 8] heap
+g f32 [8] heap
+c f32 [] heap
+s f32 [3] heap
+
+3 s[{0}] = 0
+| 8 s[{0}] += x[{0},{1}] * g[{1}] + c[]
+""",
+        "vectorize_scope(op=s#2, depth=1)",
+        """kernel k(x, g, c) -> s
+
+x f32 [3, 8] heap
+g f32 [8] heap
+c f32 [] heap
+s f32 [3] heap
+
+3 s[{0}] = 0
+| 8:v s[{0}] += x[{0},{1}] * g[{1}] + c[]
+""",
+    ),
+]
+
+NOT_APPLICABLE = [
+    (
+        # `x[{1},{0}]` reads a column: its lanes are strided, not contiguous.
+        """kernel k(x) -> y
+
+x f32 [4, 4] heap
+y f32 [4, 4] heap
+
+4 4 y[{0},{1}] = x[{1},{0}]
+""",
+        "vectorize_scope(op=y, depth=1)",
+    ),
+    (
+        # 5 is not a vector width.
+        """kernel k(x) -> y
+
+x f32 [5] heap
+y f32 [5] heap
+
+5 y[{0}] = x[{0}] * 2
+""",
+        "vectorize_scope(op=y, depth=0)",
+    ),
+    (
+        # 16 lanes of f64 are 128 bytes, more than a 64-byte vector.
+        """kernel k(x) -> y
+
+x f64 [16] heap
+y f64 [16] heap
+
+16 y[{0}] = x[{0}] * 2
+""",
+        "vectorize_scope(op=y, depth=0)",
+    ),
+    (
+        # A plain `=` whose target ignores the lane: every lane writes `y[{0}]`.
+        """kernel k(x) -> y
+
+x f32 [3, 4] heap
+y f32 [3] heap
+
+3 4 y[{0}] = x[{0},{1}]
+""",
+        "vectorize_scope(op=y, depth=1)",
+    ),
+    (
+        # The scope holds two operations.
+        """kernel k(x) -> y, z
+
+x f32 [4] heap
+y f32 [4] heap
+z f32 [4] heap
+
+4 y[{0}] = x[{0}]
+| z[{0}] = x[{0}]
+""",
+        "vectorize_scope(op=y, depth=0)",
+    ),
+]
