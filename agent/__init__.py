@@ -1,1 +1,1 @@
-"""Search and learning: passes, random sampling, simulated annealing and PerfLLM. Arrive with the search and agent issues."""
+"""Search and learning: heuristic passes, random sampling, simulated annealing and PerfLLM (to come)."""

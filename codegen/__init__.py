@@ -1,1 +1,1 @@
-"""Code generation: IR to C (OpenMP, vector types), CUDA and HIP source. Arrives with the code generation issue."""
+"""Code generation: the IR to C (OpenMP, vector types), CUDA and HIP source (to come)."""

@@ -112,9 +112,10 @@ class _Checker:
                     self.error(d.span, f"`{d}`: the stored extent K of `D:K` must satisfy 1 <= K < {d.size}",
                                "dimension")
             held = [a for a in b.array_names if a in io]
-            if held and any(d.stored is not None for d in b.dims):
-                self.error(b.span, f"`{held[0]}` is a kernel input or output and is always stored whole: "
-                           "`D:K` is not allowed on its buffer", "folded-io")
+            folded = [d for d in b.dims if d.stored is not None]
+            if held and folded:
+                self.error(folded[0].span or b.span, f"`{held[0]}` is a kernel input or output and is always stored "
+                           f"whole: `{folded[0]}` (`D:K`) is not allowed on its buffer", "folded-io")
             inputs = [a for a in b.array_names if a in p.inputs]
             if inputs and len(b.array_names) > 1:
                 self.error(b.span, f"buffer `{b.name}` holds the input `{inputs[0]}`, so it holds only that input",
@@ -198,7 +199,8 @@ class _Checker:
         ok = True
         for node in walk_expr(expr):
             if isinstance(node, Ref) and node.depth >= len(chain):
-                have = "no scopes" if not chain else "scope position 0 only" if len(chain) == 1 else f"scope positions 0-{len(chain) - 1} only"
+                have = ("no scopes" if not chain else "scope position 0 only" if len(chain) == 1
+                        else f"scope positions 0-{len(chain) - 1} only")
                 self.error(node.span, f"{{{node.depth}}} refers to scope position {node.depth}, but this line has "
                            f"{have}", "scope-ref")
                 ok = False
@@ -239,12 +241,17 @@ class _Checker:
             if flow.reduction_carried or (id(flow.scope), flow.read.span) in reported:
                 continue
             reported.add((id(flow.scope), flow.read.span))
-            writer = flow.write_op.span.line if flow.write_op.span else "?"
+            writer = _line(flow.write_op.span)
             self.error(flow.read.span, f"dependent iteration (Table 2): `{access_text(flow.read)}` reads an element "
-                       f"that an earlier iteration of the scope on line {flow.scope.span.line if flow.scope.span else '?'}"
-                       f" wrote (`{access_text(flow.write)}` on line {writer}); only a reduction's accumulator "
-                       "(`+=`, `*=`, `max=`, `min=`) may carry values from one iteration to the next",
+                       f"that an earlier iteration of the scope on line {_line(flow.scope.span)}"
+                       f" wrote (`{access_text(flow.write)}` on line {writer}), and this iteration does not write it "
+                       "first; only a reduction's accumulator (`+=`, `*=`, `max=`, `min=`) may carry values from one "
+                       "iteration to the next",
                        "dependent-iteration")
+
+
+def _line(span: Span | None) -> int | str:
+    return span.line if span else "?"
 
 
 def _children(expr: Expr) -> Iterator[Expr]:

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from .affine import Affine, affine
 from .solve import Constraint, feasible
-from .tree import Access, Buffer, Op, Program, Scope, walk_ops, walk_scopes
+from .tree import Access, Buffer, Op, Program, Scope, walk_op_paths, walk_scopes
 
 
 @dataclass(frozen=True)
@@ -108,21 +108,53 @@ class Flow:
     reduction_carried: bool  # the read is a reduction's accumulator, fed by the same operator or a plain write
 
 
+def _common(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) - 1 and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _overwritten(read: Touch, read_path, writes, buffer_of) -> bool:
+    """Is the element `read` reads always written earlier in the same
+    iteration of every scope the two share, by a plain `=`? Then its value
+    never comes from an earlier iteration (a temporary reused each time)."""
+    forms = tuple(affine(i) for i in read.access.index)
+    used = {d for f in forms for d in f.depths}
+    for path, w in writes:
+        if path >= read_path or w.op.reduction or buffer_of[w.access.array] is not buffer_of[read.access.array]:
+            continue
+        shared = _common(path, read_path)
+        if all(d < shared for d in used) and tuple(affine(i) for i in w.access.index) == forms:
+            return True
+    return False
+
+
 def carried_flows(program: Program) -> Iterator[Flow]:
     """Every pair of accesses through which a value can flow from one
-    iteration of a scope to a later iteration of the same scope. Undecidable
-    pairs (the solver's budget ran out) are not reported."""
+    iteration of a scope to a later iteration of the same scope. A read whose
+    element the same iteration always writes first carries nothing.
+    Undecidable pairs (the solver's budget ran out) are not reported."""
     buffer_of = program.buffer_of
-    for scope, above in walk_scopes(program.body):
+    sites = list(walk_op_paths(program.body))
+    for scope_path, (scope, above) in zip(_scope_paths(program.body), walk_scopes(program.body), strict=True):
         depth = len(above)
-        inside = [t for op, chain in walk_ops(scope.body, above + (scope,)) for t in touches(op, chain)]
-        writes = [t for t in inside if t.write]
-        reads = [t for t in inside if not t.write]
-        for w in writes:
-            buffer = buffer_of[w.access.array]
-            for r in reads:
-                if buffer_of[r.access.array] is not buffer:
-                    continue
-                if conflict(w, r, buffer, ("=",) * depth + ("<",)):
+        inside = [(path, t) for path, op, chain in sites if path[: depth + 1] == scope_path
+                  for t in touches(op, chain)]
+        writes = [(p, t) for p, t in inside if t.write]
+        for read_path, r in inside:
+            if r.write or _overwritten(r, read_path, writes, buffer_of):
+                continue
+            buffer = buffer_of[r.access.array]
+            for _, w in writes:
+                if buffer_of[w.access.array] is buffer and conflict(w, r, buffer, ("=",) * depth + ("<",)):
                     carried = r.accumulator and w.op.reduction in (None, r.op.reduction)
                     yield Flow(scope, depth, w.access, r.access, w.op, r.op, carried)
+
+
+def _scope_paths(nodes, path: tuple[int, ...] = ()) -> Iterator[tuple[int, ...]]:
+    """The path of every scope, in the pre-order of `walk_scopes`."""
+    for i, node in enumerate(nodes):
+        if isinstance(node, Scope):
+            yield path + (i,)
+            yield from _scope_paths(node.body, path + (i,))

@@ -3,8 +3,8 @@ was expected, and the rule (or move) that raised it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from .tree import Span
 

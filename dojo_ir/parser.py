@@ -122,7 +122,8 @@ class _Build(Transformer):
 
     @v_args(inline=True)
     def size(self, size, _colon, suffix):
-        return ScopeToken("size", _span(size).join(_span(suffix) if suffix else None), int(size.value), suffix.value if suffix else "")
+        span = _span(size).join(_span(suffix) if suffix else None)
+        return ScopeToken("size", span, int(size.value), suffix.value if suffix else "")
 
     @v_args(inline=True)
     def bar(self, token):
@@ -381,7 +382,8 @@ class _Assembler:
 
     def _reject(self, position: int, token: ScopeToken, body: BodyLine, line: int) -> None:
         if token.kind == "symbolic":
-            message = f"scope sizes are integer literals, not names: `{token.text}` is not a size (kernels are tuned per shape)"
+            message = (f"scope sizes are integer literals, not names: `{token.text}` is not a size "
+                       "(kernels are tuned per shape)")
             rule = "symbolic-size"
         else:
             message = (f"data-dependent range `{token.text}[...]` is not supported (Table 2): "

@@ -9,9 +9,9 @@ two trees are equal exactly when they print the same canonical text.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from collections.abc import Iterator
 
 DTYPES = ("f32", "f64", "i32", "i64")
 FLOAT_DTYPES = ("f32", "f64")
@@ -275,6 +275,18 @@ def walk_ops(nodes: tuple[Node, ...], chain: tuple[Scope, ...] = ()) -> Iterator
             yield node, chain
         else:
             yield from walk_ops(node.body, chain + (node,))
+
+
+def walk_op_paths(nodes: tuple[Node, ...], path: tuple[int, ...] = (), chain: tuple[Scope, ...] = ()
+                  ) -> Iterator[tuple[tuple[int, ...], Op, tuple[Scope, ...]]]:
+    """Every operation in execution order with its path (child indices from
+    the root) and its chain of scopes. Within one iteration of their common
+    scopes, an operation with a smaller path runs first."""
+    for i, node in enumerate(nodes):
+        if isinstance(node, Op):
+            yield path + (i,), node, chain
+        else:
+            yield from walk_op_paths(node.body, path + (i,), chain + (node,))
 
 
 def walk_scopes(nodes: tuple[Node, ...], chain: tuple[Scope, ...] = ()) -> Iterator[tuple[Scope, tuple[Scope, ...]]]:

@@ -1,1 +1,1 @@
-"""The benchmark runner: build, run, time and verify, locally or through a remote service. Arrives with the runner issue."""
+"""The benchmark runner: build, run, time and verify, locally or through a remote service (to come)."""

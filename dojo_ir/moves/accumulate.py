@@ -12,9 +12,10 @@ the same order on the same dtype, so results are bitwise identical.
 
 ACC is a new `stack` buffer named `<array>_acc` (`_acc2`, ... if taken) with
 one element stored. It has one logical dimension per scope around S (`N:1`,
-indexed `{k}`) rather than none, because a scalar written in one iteration of
-those scopes and read in the next would be a dependent iteration (Table 2);
-with a logical element per iteration it is plainly private to the iteration.
+indexed `{k}`; a plain scalar `[]` when S is at the root). A scalar would
+store the same, but parallelize_scope and map_gpu compare a thread's stack
+temporaries by logical element, so with a scalar every iteration of those
+scopes would seem to share ACC and they could no longer be mapped.
 
 Legal when
 - no touch inside S other than X's update of its own target reaches the
@@ -22,7 +23,9 @@ Legal when
   elsewhere changes nothing S computes);
 - no write in an earlier iteration of a scope around S reaches the element
   that the new load reads (the load is a plain read, so such a value would
-  be a dependent iteration; a reduction could carry it, a load cannot);
+  be a dependent iteration; a reduction could carry it, a load cannot). A
+  write earlier in the same iteration would hide it from that rule; the
+  test does not look for one, so it is safe rather than exact;
 - no scope from S down to X is `:p :g :b :w` (a reduction along threads
   needs more than one register);
 - a `shared` target is still accessed inside a `:b` scope by the new load and

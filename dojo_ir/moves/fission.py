@@ -15,12 +15,20 @@ iteration is later (`>`); the `<` pairs are refused too, so that
 join_scopes, which asks the same question, can always undo the move. Two
 updates of the same reduction operator may be reordered (that only
 reassociates).
+
+The dependent-iteration rule accepts a read that an earlier iteration of a
+scope could feed when the same iteration writes the element first, from a
+scope the two share. Split, a read of the second part no longer shares the
+split scope with a writer in the first, so such a read that uses the split
+scope (or a deeper one) in its index is refused (see `_loses_a_kill`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..affine import affine
+from ..dependence import Touch
 from ..tree import Program, Scope
 from .base import Analysis, Move, Path, iter_paths, splice, with_body
 
@@ -53,7 +61,34 @@ def why_not(a: Analysis, move: Move) -> str | None:
         if a.depends(first, second, ("=",) * depth + (relation,)):
             return ("the two parts touch the same element in different iterations, so running all of the first "
                     "part before the second would change the order of a write and another access")
+    if _loses_a_kill(a, path, second):
+        return ("the second part reads an element that an earlier iteration of an enclosing scope writes; only "
+                "a write earlier in the same iteration makes that legal, and once the scope is split the "
+                "dependent-iteration rule may no longer see it")
     return None
+
+
+def _loses_a_kill(a: Analysis, path: Path, second: list[Touch]) -> bool:
+    """The dependent-iteration rule lets a read take a value written in an
+    earlier iteration of a scope when the same iteration writes the element
+    first, with the same index, in a scope that the read shares and that its
+    index does not use. A read of the second part that uses the split scope
+    or a deeper one no longer shares the split scope with a writer in the
+    first part, so any such read that an earlier iteration of an enclosing
+    scope can reach (other than a reduction's accumulator fed by its own
+    operator or a plain write) is refused, whether or not such a writer hid
+    it: the test is safe rather than exact."""
+    depth = len(path) - 1
+    logical = frozenset(b.name for b in a.program.buffers)
+    for read in second:
+        if read.write or all(d < depth for i in read.access.index for d in affine(i).depths):
+            continue
+        for k in range(depth):
+            writes = [w for w in a.touches_in(path[: k + 1]) if w.write
+                      and not (read.accumulator and w.op.reduction in (None, read.op.reduction))]
+            if a.depends(writes, [read], ("=",) * k + ("<",), reorderable_reductions=False, private=logical):
+                return True
+    return False
 
 
 def rewrite(a: Analysis, move: Move) -> Program:
@@ -137,6 +172,21 @@ t f32 [5] heap
 | y[{0}] = t[{0}+1]
 """,
         "fission(op=y, depth=0)",
+    ),
+    (
+        # Each row rewrites `t` before reading it, which is what makes the
+        # read legal; split, the read would take `t[{1}]` from the previous
+        # row's first part as far as the dependent-iteration rule can tell.
+        """kernel k(x) -> y
+
+x f32 [4, 8] heap
+y f32 [4, 8] heap
+t f32 [8] heap
+
+4 8 t[{1}] = x[{0},{1}]
+| | y[{0},{1}] = t[{1}] * 2
+""",
+        "fission(op=y, depth=1)",
     ),
     (
         # `m#1` is the scope's first child: there is nothing to split off before it.

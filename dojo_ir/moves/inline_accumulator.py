@@ -66,9 +66,10 @@ def _pattern(a: Analysis, move: Move) -> _Pattern | str:
     acc, target = load.op.target, load.op.value
     siblings = a.program.body if len(load.path) == 1 else node_at(a.program.body, load.path[:-1]).body
     i = load.path[-1]
-    store = siblings[i + 2] if i + 2 < len(siblings) else None
-    if not isinstance(siblings[i + 1] if i + 1 < len(siblings) else None, Scope) or not isinstance(store, Op):
+    following = siblings[i + 1: i + 3]
+    if len(following) < 2 or not isinstance(following[0], Scope) or not isinstance(following[1], Op):
         return "the load is not followed by a scope and then an operation"
+    store = following[1]
     if (store.assign, store.target, store.value) != ("=", target, acc):
         return "the operation after the scope is not the store `T[...] = ACC` with the load's T[...] and ACC"
     scope_path, store_path = load.path[:-1] + (i + 1,), load.path[:-1] + (i + 2,)

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 from ..tree import Dim, Program
 from .base import Analysis, Move
-from .reuse_dims import bad_dim, interface, named_buffer, temporaries, with_dim
+from .reuse_dims import bad_dim, buffer_move, interface, named_buffer, temporaries, with_dim
 
 NAME = "pad_dim"
 TITLE = "Pad the dimension"
@@ -30,11 +30,10 @@ MULTIPLES = (8, 16, 32, 64)
 
 def candidates(a: Analysis) -> Iterator[Move]:
     for buffer in temporaries(a.program):
-        line = buffer.span.line if buffer.span else None
         for k, dim in enumerate(buffer.dims):
             if dim.stored is None:
                 for size in sorted({-(-dim.size // m) * m for m in MULTIPLES} - {dim.size}):
-                    yield Move(NAME, (("buffer", buffer.name), ("dim", k), ("size", size)), line)
+                    yield buffer_move(NAME, buffer, dim=k, size=size)
 
 
 def why_not(a: Analysis, move: Move) -> str | None:

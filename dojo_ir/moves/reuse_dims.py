@@ -61,6 +61,11 @@ def named_buffer(a: Analysis, move: Move) -> Buffer:
     raise IllegalMove.at(NOWHERE, f"`{move}`: no buffer `{name}`; the buffers are {known}", move.name)
 
 
+def buffer_move(name: str, buffer: Buffer, **args: str | int) -> Move:
+    """The move `name(buffer=..., **args)`, placed on the buffer's declaration line."""
+    return Move(name, (("buffer", buffer.name), *args.items()), buffer.span.line if buffer.span else None)
+
+
 def interface(program: Program, buffer: Buffer) -> str | None:
     """Why the layout of `buffer` may not change, if it holds a kernel input or output."""
     for array in buffer.array_names:
@@ -159,7 +164,7 @@ def candidates(a: Analysis) -> Iterator[Move]:
     for buffer in temporaries(a.program):
         for k, dim in enumerate(buffer.dims):
             if dim.stored is None and dim.size > 1:
-                yield Move(NAME, (("buffer", buffer.name), ("dim", k)), buffer.span.line if buffer.span else None)
+                yield buffer_move(NAME, buffer, dim=k)
 
 
 def why_not(a: Analysis, move: Move) -> str | None:

@@ -35,7 +35,7 @@ from math import prod
 from ..tree import LOCATIONS, Buffer, Program, Scope
 from .base import Analysis, Move, Path, Site, iter_paths
 from .mapping import GPU_KINDS
-from .reuse_dims import OWN_MEMORY, buffer_accesses, interface, named_buffer, temporaries, with_buffer
+from .reuse_dims import OWN_MEMORY, buffer_accesses, buffer_move, interface, named_buffer, temporaries, with_buffer
 
 NAME = "set_location"
 TITLE = "Move the buffer to another memory"
@@ -48,8 +48,7 @@ def candidates(a: Analysis) -> Iterator[Move]:
     for buffer in temporaries(a.program):
         for location in LOCATIONS:
             if location != buffer.location:
-                yield Move(NAME, (("buffer", buffer.name), ("location", location)),
-                           buffer.span.line if buffer.span else None)
+                yield buffer_move(NAME, buffer, location=location)
 
 
 def _holds_own_copy(path: Path, kind: str, location: str, sites: list[Site]) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from ..tree import Access, Binary, Call, Expr, Op, Program, Unary
 from .base import Analysis, Move, with_body
-from .reuse_dims import bad_dim, interface, named_buffer, temporaries, with_buffer
+from .reuse_dims import bad_dim, buffer_move, interface, named_buffer, temporaries, with_buffer
 from .rewrite import map_ops
 
 NAME = "swap_dims"
@@ -27,7 +27,7 @@ TITLE = "Exchange with the next dimension"
 def candidates(a: Analysis) -> Iterator[Move]:
     for buffer in temporaries(a.program):
         for k in range(len(buffer.dims) - 1):
-            yield Move(NAME, (("buffer", buffer.name), ("dim", k)), buffer.span.line if buffer.span else None)
+            yield buffer_move(NAME, buffer, dim=k)
 
 
 def why_not(a: Analysis, move: Move) -> str | None:

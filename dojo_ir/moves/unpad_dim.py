@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from ..affine import affine
 from ..tree import Buffer, Dim, Program
 from .base import Analysis, Move
-from .reuse_dims import bad_dim, buffer_accesses, interface, named_buffer, temporaries, with_dim
+from .reuse_dims import bad_dim, buffer_accesses, buffer_move, interface, named_buffer, temporaries, with_dim
 
 NAME = "unpad_dim"
 TITLE = "Shrink the dimension to its use"
@@ -34,11 +34,10 @@ def _used(a: Analysis, buffer: Buffer, k: int) -> int:
 
 def candidates(a: Analysis) -> Iterator[Move]:
     for buffer in temporaries(a.program):
-        line = buffer.span.line if buffer.span else None
         for k, dim in enumerate(buffer.dims):
             used = _used(a, buffer, k)
             if dim.stored is None and used < dim.size:
-                yield Move(NAME, (("buffer", buffer.name), ("dim", k), ("size", used)), line)
+                yield buffer_move(NAME, buffer, dim=k, size=used)
 
 
 def why_not(a: Analysis, move: Move) -> str | None:

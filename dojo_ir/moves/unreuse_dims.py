@@ -13,12 +13,15 @@ dimension k is produced and consumed within one iteration, exactly as
 `reuse_dims` asks: every access to t indexes dimension k by one affine form
 g, all of them lie inside one scope at the deepest depth d that g refers to,
 and g is injective over the box of the scopes at depths 0 to d. Each
-iteration then sees the same values whether the elements it touches share
-storage with other iterations' or not. Whether those scopes are mapped does
-not matter here: more storage never makes iterations share an element. When
-the accesses do not meet this (Figure 6, bottom), the folded storage carries
-values from one iteration to another, and storing the dimension whole would
-change what is read.
+iteration then reads the values it wrote itself, whether the elements it
+touches share storage with other iterations' or not. (A read of an element
+that the iteration has not written is undefined by FORMAT.md, though through
+`D:K` storage it would see another iteration's element; the checker does not
+look for such reads.) Whether those scopes are mapped does not matter here:
+more storage never makes iterations share an element. When the accesses do
+not meet this (Figure 6, bottom), the folded storage carries values from one
+iteration to another, and storing the dimension whole would change what is
+read.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collections.abc import Iterator
 
 from ..tree import Dim, Program
 from .base import Analysis, Move
-from .reuse_dims import bad_dim, interface, named_buffer, one_iteration, temporaries, with_dim
+from .reuse_dims import bad_dim, buffer_move, interface, named_buffer, one_iteration, temporaries, with_dim
 
 NAME = "unreuse_dims"
 TITLE = "Store the dimension whole"
@@ -37,7 +40,7 @@ def candidates(a: Analysis) -> Iterator[Move]:
     for buffer in temporaries(a.program):
         for k, dim in enumerate(buffer.dims):
             if dim.stored is not None:
-                yield Move(NAME, (("buffer", buffer.name), ("dim", k)), buffer.span.line if buffer.span else None)
+                yield buffer_move(NAME, buffer, dim=k)
 
 
 def why_not(a: Analysis, move: Move) -> str | None:
