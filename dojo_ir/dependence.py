@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from .affine import Affine, affine
 from .solve import Constraint, feasible
@@ -28,6 +28,14 @@ class Touch:
     chain: tuple[Scope, ...]
     write: bool
     accumulator: bool = False
+
+    @cached_property
+    def forms(self) -> tuple[Affine, ...]:
+        return tuple(affine(i) for i in self.access.index)
+
+    @cached_property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(s.size for s in self.chain)
 
 
 def touches(op: Op, chain: tuple[Scope, ...]) -> list[Touch]:
@@ -47,14 +55,8 @@ def conflict(first: Touch, second: Touch, buffer: Buffer, directions: tuple[str,
     `>` or `*` (any). With `storage`, `D:K` dimensions compare stored
     elements (i mod K), so folded storage may make distinct logical elements
     collide. None means the analysis could not decide."""
-    return _conflict(
-        tuple(affine(i) for i in first.access.index),
-        tuple(s.size for s in first.chain),
-        tuple(affine(i) for i in second.access.index),
-        tuple(s.size for s in second.chain),
-        tuple(d.stored if storage else None for d in buffer.dims),
-        directions,
-    )
+    folds = tuple(d.stored for d in buffer.dims) if storage else (None,) * len(buffer.dims)
+    return _conflict(first.forms, first.sizes, second.forms, second.sizes, folds, directions)
 
 
 @lru_cache(maxsize=65536)

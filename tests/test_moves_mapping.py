@@ -9,7 +9,7 @@ import pytest
 
 from dojo_ir import check, interpret, load, random_inputs, to_text
 from dojo_ir.library import KERNELS
-from dojo_ir.moves import Analysis, apply, find, why_not
+from dojo_ir.moves import Analysis, Move, apply, find, parse_move, why_not
 
 MAPPING_MOVES = ("unroll_scope", "parallelize_scope", "vectorize_scope", "map_gpu")
 
@@ -39,13 +39,17 @@ ROUND_TRIPS = [
 ]
 
 
+def _unmap(move: Move) -> str:
+    """The move that undoes `move`: `unmap_scope` at the same scope."""
+    return f"unmap_scope(op={move.arg('op')}, depth={move.arg('depth')})"
+
+
 @pytest.mark.parametrize("text, move, scopes", ROUND_TRIPS)
 def test_map_then_unmap_gives_back_the_text(text: str, move: str, scopes: str) -> None:
     program = load(text)
     mapped = apply(program, move)
     assert f"\n{scopes} y[" in to_text(mapped)
-    unmap = move.replace(move[: move.index("(")], "unmap_scope").replace(", kind=g", "").replace(", kind=b", "")
-    unmap = unmap.replace(", kind=w", "")
+    unmap = _unmap(parse_move(move))
     assert unmap in [str(m) for m in find(mapped)]
     assert to_text(apply(mapped, unmap)) == text
 
@@ -58,7 +62,7 @@ def test_every_listed_mapping_is_undone_by_unmap_scope(kernel: str) -> None:
         if move.name not in MAPPING_MOVES:
             continue
         mapped = apply(program, move)
-        unmap = f"unmap_scope(op={move.arg('op')}, depth={move.arg('depth')})"
+        unmap = _unmap(move)
         assert why_not(mapped, unmap) is None, (move, why_not(mapped, unmap))
         assert to_text(apply(mapped, unmap)) == text
 

@@ -27,6 +27,8 @@ def _discover() -> dict[str, ModuleType]:
     """Every module of this package that defines a move (it has `NAME`)."""
     kinds = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         if hasattr(module, "NAME"):
             kinds[module.NAME] = module

@@ -12,13 +12,14 @@ file is printed again.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from ..dependence import Touch, conflict, touches
 from ..errors import DojoError
-from ..tree import Node, Op, Program, Scope, Span
+from ..tree import Node, Op, Program, Scope, Span, walk_op_paths
 
 Path = tuple[int, ...]  # child indices from the root body down to a node
 
@@ -93,26 +94,14 @@ class Analysis:
 
     @cached_property
     def sites(self) -> list[Site]:
-        found: list[Site] = []
-
-        def walk(nodes: tuple[Node, ...], path: Path, chain: tuple[Scope, ...]) -> None:
-            for i, node in enumerate(nodes):
-                if isinstance(node, Op):
-                    found.append(Site("", path + (i,), node, chain))
-                else:
-                    walk(node.body, path + (i,), chain + (node,))
-
-        walk(self.program.body, (), ())
-        writers: dict[str, int] = {}
-        for site in found:
-            writers[site.op.target.array] = writers.get(site.op.target.array, 0) + 1
-        seen: dict[str, int] = {}
+        found = list(walk_op_paths(self.program.body))
+        writers = Counter(op.target.array for _, op, _ in found)
+        seen: Counter[str] = Counter()
         labelled = []
-        for site in found:
-            array = site.op.target.array
-            seen[array] = seen.get(array, 0) + 1
-            label = array if writers[array] == 1 else f"{array}#{seen[array]}"
-            labelled.append(replace(site, label=label))
+        for path, op, chain in found:
+            array = op.target.array
+            seen[array] += 1
+            labelled.append(Site(array if writers[array] == 1 else f"{array}#{seen[array]}", path, op, chain))
         return labelled
 
     @cached_property
@@ -171,8 +160,15 @@ class Analysis:
 
     def touches_in(self, path: Path) -> list[Touch]:
         """Every access of every operation inside the node at `path`."""
-        n = len(path)
-        return [t for p, t in self._touches if p[:n] == path]
+        found = self._touches_in.get(path)
+        if found is None:
+            n = len(path)
+            found = self._touches_in[path] = [t for p, t in self._touches if p[:n] == path]
+        return found
+
+    @cached_property
+    def _touches_in(self) -> dict[Path, list[Touch]]:
+        return {}
 
     def depends(self, first: list[Touch], second: list[Touch], directions: tuple[str, ...],
                 reorderable_reductions: bool = True, private: frozenset[str] = frozenset()) -> bool:

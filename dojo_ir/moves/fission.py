@@ -52,6 +52,8 @@ def _parts(a: Analysis, move: Move) -> tuple[Path, Scope, int]:
 
 def why_not(a: Analysis, move: Move) -> str | None:
     path, scope, cut = _parts(a, move)
+    if scope.kind:
+        return f"the scope is mapped (`{scope.token}`); only a sequential scope can be split in two, so unmap it first"
     if cut == 0:
         return f"`{move.arg('op')}` is in the scope's first child, so the first part would be empty"
     depth = len(path) - 1
@@ -133,31 +135,22 @@ s f32 [4] heap
 | 8 y[{0},{1}] = e[{0},{1}] / s[{0}]
 """,
     ),
-    (
-        # An inner scope of a kind; both parts keep it.
-        """kernel k(x) -> y, z
-
-x f32 [4, 8] heap
-y f32 [4, 8] heap
-z f32 [4, 8] heap
-
-4 8:v y[{0},{1}] = x[{0},{1}] + 1
-| |   z[{0},{1}] = y[{0},{1}] * 2
-""",
-        "fission(op=z, depth=1)",
-        """kernel k(x) -> y, z
-
-x f32 [4, 8] heap
-y f32 [4, 8] heap
-z f32 [4, 8] heap
-
-4 8:v y[{0},{1}] = x[{0},{1}] + 1
-| 8:v z[{0},{1}] = y[{0},{1}] * 2
-""",
-    ),
 ]
 
 NOT_APPLICABLE = [
+    (
+        # A mapped scope must be unmapped before it is split.
+        """kernel k(x) -> y, z
+
+x f32 [4, 8] heap
+y f32 [4, 8] heap
+z f32 [4, 8] heap
+
+4 8:u y[{0},{1}] = x[{0},{1}] + 1
+| |   z[{0},{1}] = y[{0},{1}] * 2
+""",
+        "fission(op=z, depth=1)",
+    ),
     (
         # Iteration i reads t[i+1] before iteration i+1 overwrites it; split,
         # every write would come before every read.

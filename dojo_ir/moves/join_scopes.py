@@ -7,7 +7,7 @@
 the scope that follows it in the same body is appended to it. References
 `{d}` keep their meaning because both scopes sit at depth d.
 
-Legal when both scopes have the same size and kind and no element is touched
+Legal when both scopes are sequential, of the same size, and no element is touched
 by the two scopes in different iterations (one touch a write): then every
 dependence between them stays within one iteration, where the first scope's
 work still runs first. Two updates of the same reduction operator may be
@@ -46,8 +46,10 @@ def why_not(a: Analysis, move: Move) -> str | None:
     next_path, sibling = _next_sibling(a, path)
     if not isinstance(sibling, Scope):
         return "the scope is not followed by a scope in the same body"
-    if (sibling.size, sibling.kind) != (scope.size, scope.kind):
-        return f"the next scope is `{sibling.token}`, not `{scope.token}`"
+    if scope.kind or sibling.kind:
+        return "only sequential scopes can be fused; unmap them first"
+    if sibling.size != scope.size:
+        return f"the next scope has size {sibling.size}, not {scope.size}"
     depth = len(path) - 1
     for relation in ("<", ">"):
         if a.depends(a.touches_in(path), a.touches_in(next_path), ("=",) * depth + (relation,)):
