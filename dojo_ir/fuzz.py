@@ -1,7 +1,8 @@
 """Random walks over the moves, each step checked against the spec.
 
 This is the test of the legality analysis: a walk starts from a library
-kernel at a small shape, plays uniformly random legal moves, and after every
+kernel at a small shape, plays random legal moves (a random kind, then a
+random place for it), and after every
 move checks that the program still prints, parses back to itself, passes the
 checker and computes the spec's outputs (reference interpreter, same inputs).
 A failure carries the exact move list that reproduces it.
@@ -47,6 +48,7 @@ class Report:
     walks: int = 0
     moves: int = 0
     failures: list[Failure] = field(default_factory=list)
+    played: list[str] = field(default_factory=list)  # every move played, in order
 
 
 def _problem(spec: Program, expected: dict[str, np.ndarray], inputs, program: Program) -> str | None:
@@ -68,8 +70,8 @@ def _problem(spec: Program, expected: dict[str, np.ndarray], inputs, program: Pr
     return None
 
 
-def walk(kernel: str, steps: int, rng: random.Random) -> tuple[int, Failure | None]:
-    """One random walk; returns the number of moves played and a failure."""
+def walk(kernel: str, steps: int, rng: random.Random) -> tuple[list[str], Failure | None]:
+    """One random walk; returns the moves played and a failure, if any."""
     shape = fuzz_shape(kernel)
     spec = parse(KERNELS[kernel].text(**shape))
     inputs = random_inputs(spec, rng.randrange(1 << 30))
@@ -80,7 +82,11 @@ def walk(kernel: str, steps: int, rng: random.Random) -> tuple[int, Failure | No
         legal = find(program, analysis)
         if not legal:
             break
-        move = rng.choice(legal)
+        # A kind first, then a place: otherwise the kinds with many places
+        # (split sizes, mappings) crowd out fusion and storage reuse.
+        kinds = sorted({m.name for m in legal})
+        kind = rng.choice(kinds)
+        move = rng.choice([m for m in legal if m.name == kind])
         played.append(str(move))
         try:
             program = apply(program, move, analysis)
@@ -93,8 +99,8 @@ def walk(kernel: str, steps: int, rng: random.Random) -> tuple[int, Failure | No
                 problem = f"checking the result crashed: {type(error).__name__}: {error}"
         if problem is not None:
             shape_text = " ".join(f"{k}={v}" for k, v in shape.items())
-            return len(played), Failure(kernel, shape_text, tuple(played), problem)
-    return len(played), None
+            return played, Failure(kernel, shape_text, tuple(played), problem)
+    return played, None
 
 
 def fuzz(kernels: list[str], walks: int, steps: int, seed: int,
@@ -105,7 +111,8 @@ def fuzz(kernels: list[str], walks: int, steps: int, seed: int,
     for i in range(walks):
         played, failure = walk(kernels[i % len(kernels)], steps, rng)
         report.walks += 1
-        report.moves += played
+        report.moves += len(played)
+        report.played += played
         if failure is not None:
             report.failures.append(failure)
         if progress is not None:

@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from math import prod
 
-from ..dependence import Touch, touches
+from ..dependence import touches
 from ..tree import KEYWORDS, Access, Buffer, Dim, Op, Program, Ref, Scope, walk_expr
 from .base import Analysis, Move, Path, Site, node_at, splice, with_body
 
@@ -86,16 +86,6 @@ def _target_buffer(a: Analysis, site: Site) -> Buffer:
     return a.program.buffer_of[site.op.target.array]
 
 
-def site_touches(a: Analysis, path: Path) -> Iterator[tuple[Site, Touch]]:
-    """Every touch inside the node at `path` with its operation's site. Sites
-    tell operations apart by place; equal operations in one scope are equal
-    objects as far as `==` goes."""
-    for site in a.sites:
-        if site.path[: len(path)] == path:
-            for t in touches(site.op, site.chain):
-                yield site, t
-
-
 def _accumulator_name(a: Analysis, array: str) -> str:
     taken = set(a.program.buffer_of) | {b.name for b in a.program.buffers} | KEYWORDS
     name, n = f"{array}_acc", 1
@@ -126,7 +116,7 @@ def why_not(a: Analysis, move: Move) -> str | None:
     if is_accumulator(buffer):
         return f"`{op.target.array}` is already a one-element `stack` accumulator"
     # X's value reads stay: they see the target as it is while X runs.
-    others = [t for s, t in site_touches(a, path) if s.path != site.path or not (t.write or t.accumulator)]
+    others = [t for p, t in a.placed_touches_in(path) if p != site.path or not (t.write or t.accumulator)]
     if a.depends(others, [t for t in touches(op, site.chain) if t.write], ("=",) * depth,
                  reorderable_reductions=False):
         return (f"another access inside the scope touches the element of `{op.target.array}` that is being "

@@ -170,6 +170,12 @@ class Analysis:
     def _touches_in(self) -> dict[Path, list[Touch]]:
         return {}
 
+    def placed_touches_in(self, path: Path) -> list[tuple[Path, Touch]]:
+        """`touches_in` with the path of each touch's operation, which tells
+        equal operations in different places apart."""
+        n = len(path)
+        return [(p, t) for p, t in self._touches if p[:n] == path]
+
     def depends(self, first: list[Touch], second: list[Touch], directions: tuple[str, ...],
                 reorderable_reductions: bool = True, private: frozenset[str] = frozenset()) -> bool:
         """Could an access in `first` and one in `second` touch the same

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from ..dependence import touches
 from ..tree import Access, Op, Program, Scope
-from .accumulate import is_accumulator, site_touches
+from .accumulate import is_accumulator
 from .base import Analysis, Move, Path, Site, node_at, splice, with_body
 
 NAME = "inline_accumulator"
@@ -102,7 +102,7 @@ def why_not(a: Analysis, move: Move) -> str | None:
     private = frozenset({a.program.buffer_of[load.op.value.array].name})
     for k in range(depth):
         # Elements compare logically, as the dependent-iteration rule does.
-        reads = [t for s, t in site_touches(a, load.path[: k + 1]) if s.path != load.path and not t.write
+        reads = [t for p, t in a.placed_touches_in(load.path[: k + 1]) if p != load.path and not t.write
                  and not (t.accumulator and t.op.reduction == pattern.operator)]
         if a.depends(store, reads, ("=",) * k + ("<",), reorderable_reductions=False, private=private):
             return (f"a later iteration of an enclosing scope reads the stored element other than by `"

@@ -27,17 +27,12 @@ from collections.abc import Iterator
 
 from ..tree import Program, Scope
 from .base import Analysis, Move, Path, iter_paths
-from .mapping import GPU_KINDS, RACE, nesting_problem, private_buffers, races, with_kind
+from .mapping import GPU_KINDS, OWN_MEMORY, RACE, nesting_problem, private_buffers, races, with_kind
 
 NAME = "map_gpu"
 TITLE = "Map the scope onto the GPU"
 
 _HELD_BY = {"stack": "each GPU thread", "shared": "each GPU block"}
-
-
-def _own_memory(kind: str) -> tuple[str, ...]:
-    """The locations that each iteration of a scope of this kind holds for itself."""
-    return ("stack", "shared") if kind == "g" else ("stack",)
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
@@ -67,10 +62,10 @@ def why_not(a: Analysis, move: Move) -> str | None:
         return f"`kind={kind}` is not a GPU mapping; expected g (grid), b (block) or w (warp)"
     if scope.kind:
         return f"the scope is already mapped (`{scope.token}`); only a sequential scope can be mapped"
-    problem = nesting_problem(a, path, kind) or _unreachable(a, path, _own_memory(kind))
+    problem = nesting_problem(a, path, kind) or _unreachable(a, path, OWN_MEMORY[kind])
     if problem:
         return problem
-    return RACE if races(a, path, _own_memory(kind)) else None
+    return RACE if races(a, path, OWN_MEMORY[kind]) else None
 
 
 def rewrite(a: Analysis, move: Move) -> Program:

@@ -31,6 +31,9 @@ from ..tree import Op, Program, Scope
 from .base import Analysis, Path, node_at, splice, with_body
 
 GPU_KINDS = ("g", "b", "w")
+# The locations of the temporaries that code generation gives each iteration
+# of a scope of this kind its own copy of, when they are used only inside it.
+OWN_MEMORY = {"p": ("stack",), "g": ("stack", "shared"), "b": ("stack",), "w": ("stack",)}
 _FORBIDDEN_ABOVE = {"p": "pgbw", "g": "pvubw", "b": "pvuw", "w": "pvuw", "v": "v", "u": ""}
 _NEEDED_ABOVE = {"b": "g", "w": "b"}
 _MOST_ON_A_CHAIN = {"g": 3, "b": 3}

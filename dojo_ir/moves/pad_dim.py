@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 from ..tree import Dim, Program
 from .base import Analysis, Move
-from .reuse_dims import bad_dim, buffer_move, interface, named_buffer, temporaries, with_dim
+from .buffers import bad_dim, buffer_move, interface, named_buffer, temporaries, with_dim
 
 NAME = "pad_dim"
 TITLE = "Pad the dimension"

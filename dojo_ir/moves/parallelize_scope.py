@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from ..tree import Program, Scope
 from .base import Analysis, Move, iter_paths
-from .mapping import RACE, nesting_problem, races, with_kind
+from .mapping import OWN_MEMORY, RACE, nesting_problem, races, with_kind
 
 NAME = "parallelize_scope"
 TITLE = "Run the iterations on CPU threads"
@@ -41,7 +41,7 @@ def why_not(a: Analysis, move: Move) -> str | None:
     problem = nesting_problem(a, path, "p")
     if problem:
         return problem
-    return RACE if races(a, path, ("stack",)) else None
+    return RACE if races(a, path, OWN_MEMORY["p"]) else None
 
 
 def rewrite(a: Analysis, move: Move) -> Program:

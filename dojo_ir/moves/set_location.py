@@ -34,8 +34,8 @@ from math import prod
 
 from ..tree import LOCATIONS, Buffer, Program, Scope
 from .base import Analysis, Move, Path, Site, iter_paths
-from .mapping import GPU_KINDS
-from .reuse_dims import OWN_MEMORY, buffer_accesses, buffer_move, interface, named_buffer, temporaries, with_buffer
+from .buffers import buffer_accesses, buffer_move, interface, named_buffer, temporaries, with_buffer
+from .mapping import GPU_KINDS, OWN_MEMORY
 
 NAME = "set_location"
 TITLE = "Move the buffer to another memory"

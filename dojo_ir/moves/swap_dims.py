@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from ..tree import Access, Binary, Call, Expr, Op, Program, Unary
 from .base import Analysis, Move, with_body
-from .reuse_dims import bad_dim, buffer_move, interface, named_buffer, temporaries, with_buffer
+from .buffers import bad_dim, buffer_move, interface, named_buffer, temporaries, with_buffer
 from .rewrite import map_ops
 
 NAME = "swap_dims"

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from ..affine import affine
 from ..tree import Buffer, Dim, Program
 from .base import Analysis, Move
-from .reuse_dims import bad_dim, buffer_accesses, buffer_move, interface, named_buffer, temporaries, with_dim
+from .buffers import bad_dim, buffer_accesses, buffer_move, interface, named_buffer, temporaries, with_dim
 
 NAME = "unpad_dim"
 TITLE = "Shrink the dimension to its use"

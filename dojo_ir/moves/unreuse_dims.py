@@ -30,7 +30,8 @@ from collections.abc import Iterator
 
 from ..tree import Dim, Program
 from .base import Analysis, Move
-from .reuse_dims import bad_dim, buffer_move, interface, named_buffer, one_iteration, temporaries, with_dim
+from .buffers import bad_dim, buffer_move, interface, named_buffer, temporaries, with_dim
+from .reuse_dims import one_iteration
 
 NAME = "unreuse_dims"
 TITLE = "Store the dimension whole"
