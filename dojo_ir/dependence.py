@@ -117,18 +117,17 @@ def _common(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return n
 
 
-def _overwritten(read: Touch, read_path, writes, buffer_of) -> bool:
+def _overwritten(read: Touch, read_path, writes) -> bool:
     """Is the element `read` reads always written earlier in the same
-    iteration of every scope the two share, by a plain `=`? Then its value
-    never comes from an earlier iteration (a temporary reused each time)."""
-    forms = tuple(affine(i) for i in read.access.index)
-    used = {d for f in forms for d in f.depths}
+    iteration of every scope the two share, by a plain `=` (`writes` are the
+    writes to its buffer)? Then its value never comes from an earlier
+    iteration: a temporary reused each time."""
+    used = {d for f in read.forms for d in f.depths}
     for path, w in writes:
-        if path >= read_path or w.op.reduction or buffer_of[w.access.array] is not buffer_of[read.access.array]:
-            continue
-        shared = _common(path, read_path)
-        if all(d < shared for d in used) and tuple(affine(i) for i in w.access.index) == forms:
-            return True
+        if path < read_path and not w.op.reduction and w.forms == read.forms:
+            shared = _common(path, read_path)
+            if all(d < shared for d in used):
+                return True
     return False
 
 
@@ -138,20 +137,24 @@ def carried_flows(program: Program) -> Iterator[Flow]:
     element the same iteration always writes first carries nothing.
     Undecidable pairs (the solver's budget ran out) are not reported."""
     buffer_of = program.buffer_of
-    sites = list(walk_op_paths(program.body))
+    placed = [(path, t) for path, op, chain in walk_op_paths(program.body) for t in touches(op, chain)]
     for scope_path, (scope, above) in zip(_scope_paths(program.body), walk_scopes(program.body), strict=True):
         depth = len(above)
-        inside = [(path, t) for path, op, chain in sites if path[: depth + 1] == scope_path
-                  for t in touches(op, chain)]
-        writes = [(p, t) for p, t in inside if t.write]
+        directions = ("=",) * depth + ("<",)
+        inside = [(path, t) for path, t in placed if path[: depth + 1] == scope_path]
+        writes: dict[str, list[tuple[tuple[int, ...], Touch]]] = {}
+        for path, t in inside:
+            if t.write:
+                writes.setdefault(buffer_of[t.access.array].name, []).append((path, t))
         for read_path, r in inside:
-            if r.write or _overwritten(r, read_path, writes, buffer_of):
-                continue
             buffer = buffer_of[r.access.array]
-            for _, w in writes:
-                if buffer_of[w.access.array] is buffer and conflict(w, r, buffer, ("=",) * depth + ("<",)):
-                    carried = r.accumulator and w.op.reduction in (None, r.op.reduction)
-                    yield Flow(scope, depth, w.access, r.access, w.op, r.op, carried)
+            candidates = writes.get(buffer.name, ()) if not r.write else ()
+            flows = [w for _, w in candidates if conflict(w, r, buffer, directions)]
+            if not flows or _overwritten(r, read_path, candidates):
+                continue
+            for w in flows:
+                carried = r.accumulator and w.op.reduction in (None, r.op.reduction)
+                yield Flow(scope, depth, w.access, r.access, w.op, r.op, carried)
 
 
 def _scope_paths(nodes, path: tuple[int, ...] = ()) -> Iterator[tuple[int, ...]]:

@@ -9,6 +9,7 @@ import pytest
 
 from dojo_ir import check, interpret, load, random_inputs, to_text
 from dojo_ir.library import KERNELS
+from dojo_ir.fuzz import fuzz_shape
 from dojo_ir.moves import KINDS, Analysis, IllegalMove, apply, find, why_not
 
 EXAMPLES = [
@@ -80,3 +81,49 @@ def test_an_unknown_move_or_location_says_what_exists() -> None:
         apply(program, "fuse(op=e, depth=0)")
     assert "no operation `q`" in why_not(program, "join_scopes(op=q, depth=0)")
     assert "depth is 0 to 1" in why_not(program, "join_scopes(op=e, depth=5)")
+
+
+INVERSES = {
+    "join_scopes": ("fission",),
+    "fission": ("join_scopes",),
+    "split_scope": ("merge_scopes",),
+    "merge_scopes": ("split_scope",),
+    "swap_scopes": ("swap_scopes",),
+    "swap_ops": ("swap_ops",),
+    "reuse_dims": ("unreuse_dims",),
+    "unreuse_dims": ("reuse_dims",),
+    "swap_dims": ("swap_dims",),
+    "pad_dim": ("unpad_dim",),
+    "unpad_dim": ("pad_dim",),
+    "set_location": ("set_location",),
+    "accumulate": ("inline_accumulator",),
+    "inline_accumulator": ("accumulate",),
+    "unroll_scope": ("unmap_scope",),
+    "parallelize_scope": ("unmap_scope",),
+    "vectorize_scope": ("unmap_scope",),
+    "map_gpu": ("unmap_scope",),
+    "unmap_scope": ("unroll_scope", "parallelize_scope", "vectorize_scope", "map_gpu"),
+}
+
+
+def fused(program):
+    """`program` after every join that is legal, first scope first."""
+    while joins := [m for m in find(program) if m.name == "join_scopes"]:
+        program = apply(program, joins[0])
+    return program
+
+
+def test_every_kind_has_an_inverse() -> None:
+    assert set(INVERSES) == set(KINDS)
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+def test_every_listed_move_can_be_undone_by_another_move(kernel: str) -> None:
+    """Non-destructive: whatever a move does, a move listed afterwards gives
+    the program back."""
+    spec = load(KERNELS[kernel].text(**fuzz_shape(kernel)))
+    for program in (spec, fused(spec)):
+        for move in find(program):
+            after = apply(program, move)
+            undo = [m for m in find(after) if m.name in INVERSES[move.name]]
+            assert any(apply(after, m) == program for m in undo), f"nothing undoes {move}"
