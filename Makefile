@@ -29,6 +29,8 @@ lint: install
 
 bench: install
 	$(BIN)/python bench/parse_speed.py
+	$(BIN)/python bench/moves_speed.py
+	$(BIN)/python bench/fuzz_moves.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

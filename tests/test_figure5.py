@@ -5,6 +5,8 @@ legal moves listed at that point, and the recorded derivation must replay."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from dojo_ir import check, interpret, load, random_inputs, to_text
@@ -12,31 +14,11 @@ from dojo_ir.derivation import record, verify
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import Analysis, apply, find
 
-MOVES = [
-    # Fuse the six row loops into one (five joins of the first scope with the next).
-    *["join_scopes(op=m#1, depth=0)"] * 5,
-    # Keep the row max and the row sum in registers while they are reduced.
-    "accumulate(op=m#2, depth=1)",
-    "accumulate(op=s#2, depth=1)",
-    # One row of temporaries at a time, on the stack (Figure 6's reuse_dims).
-    "reuse_dims(buffer=m, dim=0)",
-    "set_location(buffer=m, location=stack)",
-    "reuse_dims(buffer=e, dim=0)",
-    "set_location(buffer=e, location=stack)",
-    "reuse_dims(buffer=s, dim=0)",
-    "set_location(buffer=s, location=stack)",
-    # Tile each row loop by the vector width and vectorize the tiles.
-    "split_scope(op=m_acc#2, depth=1, factor=16)",
-    "vectorize_scope(op=m_acc#2, depth=2)",
-    "split_scope(op=e, depth=1, factor=16)",
-    "vectorize_scope(op=e, depth=2)",
-    "split_scope(op=s_acc#2, depth=1, factor=16)",
-    "vectorize_scope(op=s_acc#2, depth=2)",
-    "split_scope(op=y, depth=1, factor=16)",
-    "vectorize_scope(op=y, depth=2)",
-    # Rows in parallel.
-    "parallelize_scope(op=m#1, depth=0)",
-]
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "softmax.dojo"
+# The walk of examples/softmax.dojo: fuse the six row loops; keep the row max
+# and sum in registers; one row of temporaries at a time on the stack; tile
+# each row loop by 16 and vectorize the tiles; rows in parallel.
+MOVES = load(EXAMPLE.read_text()).derivation.moves
 
 OPTIMISED_BODY = """\
 8:p m[{0}] = -inf
@@ -71,6 +53,11 @@ def test_softmax_reaches_a_fused_vectorized_parallel_register_accumulating_progr
     inputs = random_inputs(spec, seed=5)
     expected, actual = interpret(spec, inputs)["y"], interpret(program, inputs)["y"]
     np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_the_example_file_replays_from_the_library_spec_at_the_paper_shape() -> None:
+    example = load(EXAMPLE.read_text())
+    assert verify(example, load(KERNELS["softmax"].text())) == []
 
 
 def test_the_walk_replays_from_its_recorded_derivation() -> None:
