@@ -5,9 +5,21 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install system demo test lint bench clean
 
-install: $(STAMP)
+# Debian packages the tests need: cross compilers and qemu-user prove the Arm
+# and RISC-V code, hipcc compiles the HIP code. Installed only when missing.
+APT_PACKAGES := gcc-aarch64-linux-gnu gcc-riscv64-linux-gnu qemu-user hipcc
+APT_TOOLS := aarch64-linux-gnu-gcc riscv64-linux-gnu-gcc qemu-aarch64 qemu-riscv64 hipcc
+
+install: system $(STAMP)
+
+system:
+	@missing=""; for tool in $(APT_TOOLS); do command -v $$tool >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $(APT_PACKAGES)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	fi
 
 # Reinstalls only when the project's metadata changes; the package itself is
 # installed editable, so source edits need no reinstall.
