@@ -15,6 +15,7 @@ from functools import cached_property
 
 DTYPES = ("f32", "f64", "i32", "i64")
 FLOAT_DTYPES = ("f32", "f64")
+DTYPE_BYTES = {"f32": 4, "f64": 8, "i32": 4, "i64": 8}
 LOCATIONS = ("heap", "stack", "shared")
 SCOPE_KINDS = ("u", "p", "v", "g", "b", "w")
 ASSIGNS = ("=", "+=", "*=", "max=", "min=")

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from math import prod
 
-from ..tree import LOCATIONS, Buffer, Program, Scope
+from ..tree import DTYPE_BYTES, LOCATIONS, Buffer, Program, Scope
 from .base import Analysis, Move, Path, Site, iter_paths
 from .buffers import buffer_accesses, buffer_move, interface, named_buffer, temporaries, with_buffer
 from .mapping import GPU_KINDS, OWN_MEMORY
@@ -41,7 +41,6 @@ NAME = "set_location"
 TITLE = "Move the buffer to another memory"
 
 CAPACITY = {"stack": 64 * 1024, "shared": 48 * 1024}  # bytes
-DTYPE_BYTES = {"f32": 4, "i32": 4, "f64": 8, "i64": 8}
 
 
 def candidates(a: Analysis) -> Iterator[Move]:

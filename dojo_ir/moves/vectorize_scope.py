@@ -31,7 +31,7 @@ from collections.abc import Iterator
 
 from ..affine import affine
 from ..printer import access_text
-from ..tree import Access, Binary, Call, Expr, Op, Program, Ref, Scope, Unary
+from ..tree import DTYPE_BYTES, Access, Binary, Call, Expr, Op, Program, Ref, Scope, Unary
 from .base import Analysis, Move, iter_paths
 from .mapping import nesting_problem, with_kind
 
@@ -40,7 +40,6 @@ TITLE = "Vectorize the scope"
 
 WIDTHS = (2, 4, 8, 16)
 VECTOR_BYTES = 64
-_DTYPE_BYTES = {"f32": 4, "i32": 4, "f64": 8, "i64": 8}
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
@@ -81,7 +80,7 @@ def _unvectorizable(a: Analysis, access: Access, lane: int) -> str | None:
 
 def _vector_problem(a: Analysis, op: Op, lane: int, size: int) -> str | None:
     arrays = (op.target, *op.reads)
-    widest = max(_DTYPE_BYTES[a.program.buffer_of[x.array].dtype] for x in arrays)
+    widest = max(DTYPE_BYTES[a.program.buffer_of[x.array].dtype] for x in arrays)
     if size * widest > VECTOR_BYTES:
         return f"{size} lanes of {widest} bytes exceed a {VECTOR_BYTES}-byte vector"
     for access in arrays:
