@@ -25,6 +25,8 @@ from dojo_ir.derivation import record, spec_path, verify
 from dojo_ir.fuzz import fuzz
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import KINDS, Analysis, apply, find, parse_move
+from runner.measure import measure
+from runner.result import RunResult
 
 
 class CommandError(Exception):
@@ -253,6 +255,77 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     return 1 if report.failures else 0
 
 
+def cmd_codegen(args: argparse.Namespace) -> int:
+    # imported here so that the commands that do not compile start without the backends
+    from codegen import generate
+    from codegen.targets import get_target
+
+    program = _load(args.file)
+    try:
+        source = generate(program, get_target(args.target))
+    except (ValueError, NotImplementedError) as error:
+        raise CommandError(f"{args.file}: error: {error}") from None
+    sys.stdout.write(source)
+    return 0
+
+
+def _seconds(value: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value * 1e9:.3g} ns"
+
+
+def _summary(name: str, result: RunResult) -> str:
+    where = f"{name} on {result.target}"
+    if result.median_s is None:
+        return f"{where}: failed: {result.error}"
+    line = (f"{where}: median {_seconds(result.median_s)} (min {_seconds(result.min_s)}, max "
+            f"{_seconds(result.max_s)}, {result.repeats} run{'s' * (result.repeats != 1)}), "
+            f"compiled in {result.compile_s:.2f} s, ")
+    error = "" if result.max_error is None else f" (max error {result.max_error:.2g})"
+    line += {True: f"verified{error}", False: f"NOT verified: outputs differ from the spec's{error}",
+             None: "not verified"}[result.verified]
+    return line if result.error is None else f"{line}: {result.error}"
+
+
+def _token(url: str, token_file: str | None) -> str:
+    from runner.client import read_token
+
+    try:
+        token = read_token(token_file) if token_file else os.environ.get("DOJO_RUNNER_TOKEN", "").strip()
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise CommandError(f"dojo run: error: cannot read the token: {error}") from None
+    if not token:
+        raise CommandError(f"dojo run: error: the runner at {url} needs a token: --token-file F or DOJO_RUNNER_TOKEN")
+    return token
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    program = _load(args.file)
+    spec = None if program.derivation is None else _load(str(spec_path(program, Path(args.file))))
+    options = {"target": args.target, "repeats": args.repeats, "warmup": args.warmup, "spec": spec,
+               "min_time_s": args.min_time}
+    url = args.runner or os.environ.get("DOJO_RUNNER_URL")
+    if url:
+        from runner.client import RemoteRunner, RunnerError
+
+        try:
+            with RemoteRunner(url, _token(url, args.token_file)) as runner:
+                result = measure(runner, program, **options)
+        except RunnerError as error:
+            raise CommandError(f"dojo run: error: {error}") from None
+    else:
+        from runner.local import LocalRunner
+
+        try:
+            result = measure(LocalRunner(), program, **options)
+        except ValueError as error:
+            raise CommandError(f"dojo run: error: {error}") from None
+    print(json.dumps(result.to_json()) if args.json else _summary(program.name, result))
+    return 0 if result.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dojo", description="PerfDojo: optimise ML kernels one legal move at a time.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -309,6 +382,23 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz_.add_argument("--seed", type=int, default=0)
     fuzz_.add_argument("--json", action="store_true")
     fuzz_.set_defaults(run=cmd_fuzz)
+
+    codegen = commands.add_parser("codegen", help="print the source generated for a target")
+    codegen.add_argument("file", metavar="FILE")
+    codegen.add_argument("--target", default="native", metavar="T", help="a target (default: native)")
+    codegen.set_defaults(run=cmd_codegen)
+
+    run = commands.add_parser("run", help="build, time and verify a kernel against its spec")
+    run.add_argument("file", metavar="FILE")
+    run.add_argument("--target", default="native", metavar="T", help="a target (default: native)")
+    run.add_argument("--repeats", type=int, default=10, metavar="N", help="timed runs (default: 10)")
+    run.add_argument("--warmup", type=int, default=2, metavar="W", help="untimed runs first (default: 2)")
+    run.add_argument("--min-time", type=float, default=0.2, metavar="S",
+                     help="repeat more until the timed runs add up to S seconds (default: 0.2; 0: exactly N runs)")
+    run.add_argument("--json", action="store_true", help="the result as JSON")
+    run.add_argument("--runner", metavar="URL", help="a runner service (default: $DOJO_RUNNER_URL, else this machine)")
+    run.add_argument("--token-file", metavar="F", help="the service's token (default: $DOJO_RUNNER_TOKEN)")
+    run.set_defaults(run=cmd_run)
     return parser
 
 

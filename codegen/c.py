@@ -1,0 +1,151 @@
+"""The C backend: a program as one C11 source file, kernel function and harness.
+
+    static void kernel(const float *restrict b_x, float *restrict b_y, float *restrict b_t)
+
+takes one pointer per buffer (arrays in one buffer share it): the inputs'
+buffers, then the outputs', then the heap temporaries' (the workspace, which
+the harness allocates). Each scope is a loop `for (long i{d} = 0; ...)` named
+by its depth, and its kind says how:
+
+- `:p` puts `#pragma omp parallel for` on the loop;
+- `:u` writes the body once per iteration, with the loop variable a constant;
+- `:v` computes its one operation on vectors (cvector.py);
+- `:g :b :w` run sequentially: the C target ignores GPU mapping.
+
+A `stack` (or `shared`) buffer is a local array declared at the start of the
+body of the innermost scope that holds all its accesses (the function body
+when there is none), so each iteration of a `:p` scope, and each thread, has
+its own copy. That is sound because no value flows from one iteration of a
+scope to a later one except through a reduction's accumulator (FORMAT.md),
+whose initialisation then lies outside that scope too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from dojo_ir.tree import Buffer, Node, Op, Program, walk_op_paths
+
+from .cexpr import Env, Printer, buffer_var, c_type, helper_source, loop_var, statement, storage_size, used_helpers
+from .cvector import (
+    used_vector_helpers,
+    used_vector_types,
+    vector_helper_source,
+    vector_statement,
+    vector_typedefs,
+)
+from .harness import harness
+
+_INDENT = "    "
+_INCLUDES = ("math.h", "stdint.h", "stdio.h", "stdlib.h", "time.h")
+Path = tuple[int, ...]
+
+
+def parameters(program: Program) -> list[Buffer]:
+    """The kernel function's buffers in order: inputs, outputs (kernel-line
+    order), then heap temporaries (declaration order)."""
+    io = [program.buffer_of[name] for name in program.inputs + program.outputs]
+    heap = [b for b in program.buffers if b.location == "heap" and b not in io]
+    return list(dict.fromkeys(io + heap))
+
+
+def _homes(program: Program) -> dict[Path, list[Buffer]]:
+    """Where each local (stack or shared) temporary is declared: the path of
+    the innermost scope holding all its accesses, () for the function body."""
+    paths: dict[str, Path] = {}
+    for path, op, _ in walk_op_paths(program.body):
+        parent = path[:-1]
+        for access in (op.target, *op.reads):
+            name = program.buffer_of[access.array].name
+            paths[name] = _common_prefix(paths.get(name, parent), parent)
+    homes: dict[Path, list[Buffer]] = {}
+    params = parameters(program)
+    for buffer in program.buffers:
+        # inputs and outputs are the caller's memory wherever they are declared
+        if buffer.location != "heap" and buffer.name in paths and buffer not in params:
+            homes.setdefault(paths[buffer.name], []).append(buffer)
+    return homes
+
+
+def _common_prefix(a: Path, b: Path) -> Path:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
+
+
+def _declaration(buffer: Buffer) -> str:
+    return f"{c_type(buffer.dtype)} {buffer_var(buffer.name)}[{storage_size(buffer)}] __attribute__((aligned(64)));"
+
+
+class _Emitter:
+    """Writes the kernel body; `homes` says where local buffers are declared."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.homes = _homes(program)
+
+    def block(self, nodes: tuple[Node, ...], path: Path, env: Env) -> Iterator[str]:
+        """The lines of a block: the local buffers declared here, then the nodes."""
+        for buffer in self.homes.get(path, []):
+            yield _declaration(buffer)
+        for i, node in enumerate(nodes):
+            yield from self.node(node, path + (i,), env)
+
+    def node(self, node: Node, path: Path, env: Env) -> Iterator[str]:
+        depth = len(env)
+        if isinstance(node, Op):
+            yield statement(Printer(self.program, env), node.target, node.assign, node.value)
+            return
+        if node.kind == "u":
+            for k in range(node.size):
+                yield from self.braced(node.body, path, {**env, depth: k})
+            return
+        if node.kind == "v":
+            vector = vector_statement(node, depth, self.program, env)
+            if vector is not None:
+                declarations = [_declaration(b) for b in self.homes.get(path, [])]
+                yield from _braced(declarations + vector) if declarations else vector
+                return
+        if node.kind == "p":
+            yield "#pragma omp parallel for"
+        var = loop_var(depth)
+        yield f"for (long {var} = 0; {var} < {node.size}; ++{var}) {{"
+        yield from _indented(self.block(node.body, path, {**env, depth: var}))
+        yield "}"
+
+    def braced(self, nodes: tuple[Node, ...], path: Path, env: Env) -> Iterator[str]:
+        """One unrolled iteration; braces only when it declares local buffers."""
+        lines = list(self.block(nodes, path, env))
+        yield from _braced(lines) if path in self.homes else lines
+
+
+def _indented(lines: Iterator[str] | list[str]) -> Iterator[str]:
+    for line in lines:
+        yield _INDENT + line
+
+
+def _braced(lines: list[str]) -> list[str]:
+    return ["{", *_indented(lines), "}"]
+
+
+def kernel_function(program: Program) -> str:
+    """`static void kernel(...) { ... }`."""
+    inputs = {program.buffer_of[name].name for name in program.inputs}
+    params = [f"{'const ' if b.name in inputs else ''}{c_type(b.dtype)} *restrict {buffer_var(b.name)}"
+              for b in parameters(program)]
+    body = _indented(_Emitter(program).block(program.body, (), {}))
+    return "\n".join([f"static void kernel({', '.join(params)})", "{", *body, "}"])
+
+
+def generate_c(program: Program) -> str:
+    """The complete C source: includes, vector types and helpers that the code
+    uses, the kernel function and the harness `main`."""
+    code = kernel_function(program) + "\n\n" + harness(program, parameters(program))
+    vector_helpers = vector_helper_source(used_vector_helpers(code))
+    typedefs = vector_typedefs(used_vector_types(code + vector_helpers))
+    scalar_helpers = helper_source(used_helpers(code + vector_helpers))
+    prelude = [f"/* kernel {program.name}, generated by PerfDojo's C backend */", "#define _POSIX_C_SOURCE 200809L",
+               *(f"#include <{header}>" for header in _INCLUDES)]
+    sections = ["\n".join(prelude), typedefs, scalar_helpers, vector_helpers, code]
+    return "\n\n".join(s for s in sections if s) + "\n"

@@ -1,0 +1,108 @@
+"""`RemoteRunner`: the client of `dojo-runner serve`, with the local runner's `run` and `targets`.
+
+    runner = RemoteRunner("http://gpu-box:8470", read_token("~/.dojo/token"))
+    result = runner.run(program, target="native", repeats=10)
+
+It sends IR only (the canonical text of the program); the service generates and builds the source
+itself. Every failure that is not the kernel's own (refused token, oversized or invalid request,
+unreachable service) raises `RunnerError`; a kernel that crashed or timed out comes back as a
+`RunResult` with its `error` set, as it does from the local runner.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from dojo_ir import Diagnostic, Program, to_text
+from dojo_ir.tree import Span
+from runner.result import RunResult
+
+
+class RunnerError(Exception):
+    """The service refused a request or could not be reached. `status` is the HTTP status (None when
+    there was no answer); `diagnostics` pairs each positioned error with the request field
+    (`program` or `spec`) whose text it points into."""
+
+    def __init__(self, message: str, status: int | None = None, diagnostics: tuple[tuple[str, Diagnostic], ...] = ()):
+        self.status = status
+        self.diagnostics = diagnostics
+        lines = [message, *(d.format(field) for field, d in diagnostics)]
+        super().__init__("\n".join(lines))
+
+
+def read_token(path: str | Path) -> str:
+    """The bearer token in `path`, without the surrounding whitespace an editor leaves."""
+    token = Path(path).expanduser().read_text(encoding="utf-8").strip()
+    if not token:
+        raise ValueError(f"{path}: the token file is empty")
+    return token
+
+
+class RemoteRunner:
+    """One service at `url`. A run waits in the service's queue behind the others, so `timeout_s`
+    bounds the queueing as well as the run."""
+
+    def __init__(self, url: str, token: str, timeout_s: float = 600):
+        self.url = url.rstrip("/")
+        self._client = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s)
+
+    def __enter__(self) -> RemoteRunner:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._client.close()
+
+    def health(self) -> dict[str, Any]:
+        return self._request("GET", "/v1/health")
+
+    def targets(self) -> list[dict[str, Any]]:
+        return self._request("GET", "/v1/targets")["targets"]
+
+    def run(
+        self,
+        program: Program,
+        target: str = "native",
+        repeats: int = 10,
+        warmup: int = 2,
+        spec: Program | None = None,
+    ) -> RunResult:
+        body = {
+            "program": to_text(program),
+            "target": target,
+            "repeats": repeats,
+            "warmup": warmup,
+            "spec": None if spec is None else to_text(spec),
+        }
+        return RunResult.from_json(self._request("POST", "/v1/run", json=body))
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._client.request(method, path, **kwargs)
+        except httpx.TimeoutException:
+            raise RunnerError(f"{self.url}: no answer to {method} {path} in time") from None
+        except httpx.TransportError as error:
+            raise RunnerError(f"{self.url}: cannot reach the runner: {error}") from None
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = {"error": response.text.strip()}
+        if response.is_success:
+            return payload
+        if not isinstance(payload, dict):
+            payload = {}
+        raise RunnerError(
+            f"{self.url}: {method} {path}: {response.status_code} {payload.get('error', response.reason_phrase)}",
+            response.status_code,
+            tuple((e["field"], _diagnostic(e)) for e in payload.get("errors", ())),
+        )
+
+
+def _diagnostic(error: dict[str, Any]) -> Diagnostic:
+    span = Span(error["line"], error["col"], error["end_line"], error["end_col"])
+    return Diagnostic(span, error["message"], error["rule"])

@@ -1,0 +1,279 @@
+"""`LocalRunner`: build a kernel, time it on this machine and verify it against its spec.
+
+    runner = LocalRunner()
+    result = runner.run(program, target="native", repeats=10, warmup=2, spec=spec)
+    result.median_s, result.verified
+
+One call generates the source (`codegen.generate`), builds it (`codegen.build`, cached by the
+source's hash in `cache_dir`) and runs the binary once under the harness protocol: it reads the
+inputs, writes the outputs, then runs `warmup` untimed and `repeats` timed repetitions, each on
+fresh pseudo-random inputs (section 4.2.3 of the paper: warm-up, new input data per iteration).
+`compile_s` is the generation and build time of this call, so it is near zero when the binary came
+from the cache; the median, min and max are over the timed repetitions.
+
+Verification. Every measured program is checked against its spec (`spec`, or the program itself):
+both see the same inputs (`dojo_ir.random_inputs(spec, SEED)`) and the outputs must agree within
+the dtype's tolerance (`runner.verify`). The reference outputs come from the reference interpreter
+when the spec is small (at most INTERPRET_LIMIT iterations of its operations), else from the spec
+compiled for the same target with its scheduling stripped and run once without timing. They are
+remembered per spec, so a search that measures many programs of one spec computes them once.
+
+Isolation. The binary runs in a child process in its own session, so that a time limit kills
+it and everything it started. `ulimit -v` bounds its address space (emulated targets get
+EMULATOR_HEADROOM more for qemu's own mappings; GPU targets none, as their drivers reserve far more
+address space than they use) and core dumps are off. A signal, a non-zero exit, a time limit hit,
+or outputs of the wrong size or number of times come back as a RunResult with `error` set: `run`
+raises only for invalid arguments (an unknown target, a negative count).
+
+Noise. Benchmarks never overlap on this machine: the timed run holds an exclusive `flock` on
+`bench.lock` in the cache directory (compiles and reference runs do not take it, so they may
+overlap a benchmark; runners that share a machine should share the cache directory). OpenMP gets
+exactly the target's cores with threads bound one per core (OMP_NUM_THREADS, OMP_PROC_BIND=true,
+OMP_PLACES=cores) so that threads do not migrate between repetitions. Warm-up and the median
+take care of cold caches and outliers; slow spells of the host longer than a few repetitions need
+more repetitions, which `runner.measure` adds (`dojo run` times at least 0.2 s). Then repeated
+`dojo run`s of a sequential kernel agree within about 3% even on this busy 2-core machine
+(bench/results/runner_noise.md); a parallel kernel needs every core, so only a quiet machine
+times it reliably.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from math import prod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from codegen import generate
+from codegen.build import BuildError, build, default_cache_dir
+from codegen.targets import TARGETS, Target, get_target
+from dojo_ir import DojoError, Program, interpret, random_inputs, to_text
+from dojo_ir.derivation import without_comments
+from dojo_ir.tree import Node, Op, walk_ops
+
+from .result import RunResult
+from .verify import compare, decode, encode, interface
+
+SEED = 0
+# The interpreter runs a spec's loop nests as numpy operations, so this many
+# iterations take well under a second; past it, compiling the spec is cheaper.
+INTERPRET_LIMIT = 2_000_000
+EMULATOR_HEADROOM = 1 << 30  # qemu-user maps its translation cache and itself next to the guest
+REFERENCE_CACHE_BYTES = 1 << 30
+_STDERR_TAIL = 600
+
+
+def iterations(program: Program) -> int:
+    """How many times the operations run in all: the interpreter's cost before its vectorisation."""
+    return sum(prod(scope.size for scope in chain) for _, chain in walk_ops(program.body))
+
+
+def unscheduled(program: Program) -> Program:
+    """The program run sequentially: every scope plain, shared memory on the heap. It computes
+    the same, so its compiled form is a reference that owes nothing to the schedule's code paths."""
+
+    def plain(nodes: tuple[Node, ...]) -> tuple[Node, ...]:
+        return tuple(n if isinstance(n, Op) else replace(n, kind="", body=plain(n.body)) for n in nodes)
+
+    bare = without_comments(program)
+    buffers = tuple(replace(b, location="heap") if b.location == "shared" else b for b in bare.buffers)
+    return replace(bare, buffers=buffers, body=plain(bare.body))
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What one harness process gave: its outputs and times, or why there are none."""
+
+    outputs: dict[str, np.ndarray] | None
+    times: tuple[float, ...]
+    error: str | None
+
+
+class _References:
+    """Reference outputs of recent specs, by spec text and how they were computed; least recently
+    used first out, within a byte budget. Shared by threads, so guarded."""
+
+    def __init__(self, max_bytes: int):
+        self._max_bytes = max_bytes
+        self._items: OrderedDict[tuple[str, str], dict[str, np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> dict[str, np.ndarray] | None:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+            return self._items.get(key)
+
+    def put(self, key: tuple[str, str], outputs: dict[str, np.ndarray]) -> None:
+        with self._lock:
+            self._items[key] = outputs
+            while len(self._items) > 1 and sum(a.nbytes for o in self._items.values() for a in o.values()) > \
+                    self._max_bytes:
+                self._items.popitem(last=False)
+
+
+class LocalRunner:
+    def __init__(self, cache_dir: Path | str | None = None, time_limit_s: float = 60,
+                 memory_limit_bytes: int = 8 << 30):
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.time_limit_s = time_limit_s
+        self.memory_limit_bytes = memory_limit_bytes
+        self._references = _References(REFERENCE_CACHE_BYTES)
+
+    def targets(self) -> list[dict[str, Any]]:
+        return [{"name": t.name, "language": t.language, "buildable": t.buildable(), "runnable": t.runnable()}
+                for t in TARGETS.values()]
+
+    def run(self, program: Program, target: str = "native", repeats: int = 10, warmup: int = 2,
+            spec: Program | None = None) -> RunResult:
+        if repeats < 1 or warmup < 0:
+            raise ValueError(f"repeats must be at least 1 and warmup at least 0, not {repeats} and {warmup}")
+        chosen = get_target(target)
+        spec = without_comments(spec if spec is not None else program)
+
+        def failed(error: str, compile_s: float = 0.0) -> RunResult:
+            return RunResult.failed(chosen.name, error, repeats, compile_s)
+
+        mismatch = _interface_mismatch(program, spec)
+        if mismatch is not None:
+            return failed(mismatch)
+        if not chosen.runnable():
+            return failed(f"target {chosen.name} cannot run on this machine")
+        started = time.perf_counter()
+        try:
+            binary = build(generate(program, chosen), chosen, cache_dir=self.cache_dir)
+        except (BuildError, DojoError, NotImplementedError, ValueError) as error:
+            return failed(f"cannot build for {chosen.name}: {error}", time.perf_counter() - started)
+        compile_s = time.perf_counter() - started
+
+        inputs = random_inputs(spec, SEED)
+        with tempfile.TemporaryDirectory(prefix="dojo-run-") as work:
+            given = Path(work) / "inputs.bin"
+            given.write_bytes(encode(spec, inputs))
+            with _exclusive(self.cache_dir / "bench.lock"):
+                outcome = self._execute(binary.path, chosen, program, given, Path(work) / "outputs.bin",
+                                        repeats, warmup)
+            if outcome.error is not None:
+                return failed(outcome.error, compile_s)
+            assert outcome.outputs is not None
+            expected, problem = self._reference(spec, program, chosen, inputs, given, Path(work))
+
+        times = outcome.times
+        verified, max_error = (None, None) if expected is None else compare(program, outcome.outputs, expected)
+        return RunResult(chosen.name, statistics.median(times), min(times), max(times), repeats, compile_s,
+                         verified, max_error, problem, times)
+
+    def _reference(self, spec: Program, program: Program, target: Target, inputs: dict[str, np.ndarray],
+                   given: Path, work: Path) -> tuple[dict[str, np.ndarray] | None, str | None]:
+        """The spec's outputs on `inputs`, or None and why they could not be computed."""
+        small = iterations(spec) <= INTERPRET_LIMIT
+        key = (to_text(spec), "interpreter" if small else target.name)
+        cached = self._references.get(key)
+        if cached is not None:
+            return cached, None
+        if small:
+            outputs = interpret(spec, inputs)
+        else:
+            sequential = unscheduled(spec)
+            try:
+                binary = build(generate(sequential, target), target, cache_dir=self.cache_dir)
+            except (BuildError, DojoError, NotImplementedError, ValueError) as error:
+                return None, f"cannot build the spec for reference outputs: {error}"
+            outcome = self._execute(binary.path, target, sequential, given, work / "reference.bin", 0, 0)
+            if outcome.error is not None:
+                return None, f"the spec, run for reference outputs, failed: {outcome.error}"
+            assert outcome.outputs is not None
+            outputs = outcome.outputs
+        self._references.put(key, outputs)
+        return outputs, None
+
+    def _execute(self, binary: Path, target: Target, program: Program, given: Path, written: Path,
+                 repeats: int, warmup: int) -> _Outcome:
+        """Run the harness once in a contained child process and read what it wrote."""
+        command = [*target.launcher, str(binary), str(given), str(written), str(repeats), str(warmup), str(SEED)]
+        limits = "ulimit -c 0"
+        if target.language == "c":
+            address_space = self.memory_limit_bytes + (EMULATOR_HEADROOM if target.launcher else 0)
+            limits += f" && ulimit -v {address_space // 1024}"
+        environment = os.environ | {"OMP_NUM_THREADS": str(target.cores), "OMP_PROC_BIND": "true",
+                                    "OMP_PLACES": "cores"}
+        # the shell sets the limits and then becomes the harness, so no Python runs between fork and exec
+        process = subprocess.Popen(["/bin/sh", "-c", f'{limits} && exec "$@"', "sh", *command],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   env=environment, cwd=given.parent, start_new_session=True)
+        try:
+            stdout, stderr = process.communicate(timeout=self.time_limit_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            return _Outcome(None, (), f"time limit exceeded: still running after {self.time_limit_s:g} s, killed")
+        detail = _tail(stderr)
+        if process.returncode < 0:
+            number = -process.returncode
+            name = signal.Signals(number).name
+            return _Outcome(None, (), f"crashed: killed by {name} ({signal.strsignal(number)}){detail}")
+        if process.returncode != 0:
+            return _Outcome(None, (), f"exited with status {process.returncode}{detail}")
+        times = _times(stdout.decode(errors="replace"))
+        if times is None or len(times) != repeats:
+            return _Outcome(None, (), f"bad output: expected {repeats} `time SECONDS` lines on standard output")
+        try:
+            outputs = decode(program, written.read_bytes())
+        except (OSError, ValueError) as error:
+            return _Outcome(None, (), f"bad output: {error}")
+        return _Outcome(outputs, times, None)
+
+
+def _interface_mismatch(program: Program, spec: Program) -> str | None:
+    if (program.inputs, program.outputs) != (spec.inputs, spec.outputs):
+        return "the program's kernel line differs from its spec's: it must read and write the same arrays"
+    names = program.inputs + program.outputs
+    for mine, theirs in zip(interface(program, names), interface(spec, names), strict=True):
+        if mine != theirs:
+            return f"`{mine[0]}` is {mine[1]} {list(mine[2])} here but {theirs[1]} {list(theirs[2])} in the spec"
+    return None
+
+
+def _times(stdout: str) -> tuple[float, ...] | None:
+    """The `time SECONDS` lines; None if one of them is not a number."""
+    times = []
+    for line in stdout.splitlines():
+        word, _, value = line.partition(" ")
+        if word == "time":
+            try:
+                times.append(float(value))
+            except ValueError:
+                return None
+    return tuple(times)
+
+
+def _tail(stderr: bytes) -> str:
+    text = stderr.decode(errors="replace").strip()
+    if not text:
+        return ""
+    return f": {'...' if len(text) > _STDERR_TAIL else ''}{text[-_STDERR_TAIL:]}"
+
+
+@contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created if need be) for the duration."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,79 @@
+"""Numerical verification: do a kernel's outputs match its spec's on the same inputs?
+
+Moves keep the meaning exactly, but a compiler may evaluate a reassociated reduction (a split, a
+vector accumulator) in another order, so floats agree to rounding only:
+
+    f32: |actual - expected| <= 1e-5 + 1e-4 * |expected|
+    f64: |actual - expected| <= 1e-12 + 1e-9 * |expected|
+    i32, i64: exactly
+
+A NaN must meet a NaN, and an infinity the same infinity. The runner also reads the arrays a harness
+writes, which is the other half of this module: the binary format of `codegen`'s harness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from dojo_ir import Program
+
+NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
+TOLERANCES = {"f32": (1e-4, 1e-5), "f64": (1e-9, 1e-12), "i32": (0.0, 0.0), "i64": (0.0, 0.0)}
+
+
+def interface(program: Program, names: tuple[str, ...]) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
+    """Name, dtype and logical shape of the arrays `names`: what a harness reads or writes."""
+    return tuple((n, program.buffer_of[n].dtype, program.buffer_of[n].shape) for n in names)
+
+
+def encode(program: Program, inputs: Mapping[str, np.ndarray]) -> bytes:
+    """The harness's input file: the kernel's inputs in kernel-line order, each as a raw native-endian
+    C-order array of its dtype at its full logical shape."""
+    parts = []
+    for name, dtype, shape in interface(program, program.inputs):
+        array = np.ascontiguousarray(inputs[name], dtype=NUMPY_DTYPES[dtype])
+        if array.shape != shape:
+            raise ValueError(f"input `{name}` has shape {array.shape}, the kernel declares {shape}")
+        parts.append(array.tobytes())
+    return b"".join(parts)
+
+
+def decode(program: Program, data: bytes) -> dict[str, np.ndarray]:
+    """The harness's output file, by output name. Raises ValueError if its size is not exactly that of
+    the outputs, which is how a harness that died half-way through writing shows."""
+    arrays, offset = {}, 0
+    for name, dtype, shape in interface(program, program.outputs):
+        count = int(np.prod(shape, dtype=np.int64))
+        size = count * np.dtype(NUMPY_DTYPES[dtype]).itemsize
+        if offset + size > len(data):
+            raise ValueError(f"the output file ends inside `{name}` ({len(data)} bytes)")
+        arrays[name] = np.frombuffer(data, NUMPY_DTYPES[dtype], count, offset).reshape(shape)
+        offset += size
+    if offset != len(data):
+        raise ValueError(f"the output file has {len(data) - offset} bytes more than the outputs")
+    return arrays
+
+
+def compare(program: Program, actual: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]
+            ) -> tuple[bool, float]:
+    """Whether every output is within its dtype's tolerance of the spec's, and the largest absolute
+    difference over all of them (infinite when a NaN or an infinity is not matched)."""
+    verified, worst = True, 0.0
+    for name, dtype, _ in interface(program, program.outputs):
+        a, e = np.asarray(actual[name]), np.asarray(expected[name])
+        rtol, atol = TOLERANCES[dtype]
+        if dtype in ("i32", "i64"):
+            diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
+            verified &= bool(np.array_equal(a, e))
+        else:
+            a64, e64 = a.astype(np.float64), e.astype(np.float64)
+            same = (a64 == e64) | (np.isnan(a64) & np.isnan(e64))  # covers matching infinities
+            with np.errstate(invalid="ignore"):
+                diff = np.where(same, 0.0, np.abs(a64 - e64))
+            diff = np.where(np.isnan(diff), np.inf, diff)
+            verified &= bool(np.all(same | (diff <= atol + rtol * np.abs(e64))))
+        if diff.size:
+            worst = max(worst, float(diff.max()))
+    return verified, worst

@@ -1,0 +1,454 @@
+"""The C backend against the reference interpreter.
+
+Every program here is compiled, run through the harness protocol
+(`BINARY IN OUT REPEATS WARMUP SEED`) on the interpreter's inputs, and must
+give the interpreter's outputs: every library kernel at its small and its
+fuzz shape, a few hundred programs from random walks of legal moves, and
+hand-written programs for each scope kind and storage rule. Foreign
+architectures run under qemu-user. The golden file of one small tuned kernel
+is regenerated with
+
+    UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_codegen_c.py
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codegen import TARGETS, generate, get_target
+from codegen.build import BuildError, build
+from codegen.targets import Target
+from dojo_ir import interpret, load, random_inputs, to_text
+from dojo_ir.fuzz import fuzz_shape
+from dojo_ir.library import KERNELS
+from dojo_ir.moves import Analysis, apply, find
+from dojo_ir.tree import Program
+
+NUMPY = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
+RTOL, ATOL = 1e-4, 1e-5
+GOLDEN = Path(__file__).parent / "golden" / "codegen"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+EXAMPLE = Path(__file__).parent.parent / "examples" / "softmax.dojo"
+NATIVE = get_target("native")
+WORKERS = os.cpu_count() or 1
+# more threads than cores, so that `:p` scopes really interleave
+THREADS = {**os.environ, "OMP_NUM_THREADS": "4"}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("build")
+
+
+# -- running a binary --------------------------------------------------------------
+
+
+def run_binary(binary: Path, program: Program, inputs: dict[str, np.ndarray], target: Target = NATIVE,
+               work: Path | None = None, repeats: int = 1, warmup: int = 0) -> tuple[dict[str, np.ndarray], str]:
+    """The outputs (by name, at their shapes) and the stdout of one run."""
+    work = work or binary.parent
+    tag = f"{binary.name}.{os.getpid()}.{random.getrandbits(32)}"
+    given, taken = work / f"{tag}.in", work / f"{tag}.out"
+    given.write_bytes(b"".join(np.ascontiguousarray(inputs[name], NUMPY[program.buffer_of[name].dtype]).tobytes()
+                               for name in program.inputs))
+    command = [*target.launcher, str(binary), str(given), str(taken), str(repeats), str(warmup), "7"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=THREADS)
+    assert result.returncode == 0, result.stderr
+    data = taken.read_bytes()
+    given.unlink()
+    taken.unlink()
+    outputs, at = {}, 0
+    for name in program.outputs:
+        buffer = program.buffer_of[name]
+        dtype = np.dtype(NUMPY[buffer.dtype])
+        count = int(np.prod(buffer.shape))
+        outputs[name] = np.frombuffer(data, dtype, count, at).reshape(buffer.shape)
+        at += count * dtype.itemsize
+    assert at == len(data), "the output file is longer than the outputs"
+    return outputs, result.stdout
+
+
+def compiled_outputs(program: Program, inputs: dict[str, np.ndarray], cache: Path,
+                     target: Target = NATIVE) -> dict[str, np.ndarray]:
+    binary = build(generate(program, target), target, cache)
+    return run_binary(binary.path, program, inputs, target)[0]
+
+
+def mismatch(program: Program, inputs: dict[str, np.ndarray], cache: Path, target: Target = NATIVE) -> str | None:
+    """None if the compiled program gives the interpreter's outputs."""
+    expected = interpret(program, inputs)
+    actual = compiled_outputs(program, inputs, cache, target)
+    for name in program.outputs:
+        if not np.allclose(actual[name], expected[name], rtol=RTOL, atol=ATOL, equal_nan=True):
+            return f"output `{name}` differs:\n{to_text(program)}\nC: {actual[name]}\ninterpreter: {expected[name]}"
+    return None
+
+
+def assert_matches(program: Program, cache: Path, inputs: dict[str, np.ndarray] | None = None,
+                   target: Target = NATIVE) -> None:
+    problem = mismatch(program, random_inputs(program, 0) if inputs is None else inputs, cache, target)
+    assert problem is None, problem
+
+
+def tuned_softmax(**shape: int) -> Program:
+    """examples/softmax.dojo's moves played on the softmax kernel at `shape`."""
+    program = load(KERNELS["softmax"].text(**shape))
+    for move in load(EXAMPLE.read_text()).derivation.moves:
+        program = apply(program, move)
+    return program
+
+
+# -- the library and random walks ------------------------------------------------
+
+SHAPES = [pytest.param(name, "small", id=f"{name}-small") for name in KERNELS]
+SHAPES += [pytest.param(name, "fuzz", id=f"{name}-fuzz") for name in KERNELS]
+
+
+@pytest.mark.parametrize(("kernel", "shape"), SHAPES)
+def test_library_kernel_matches_the_interpreter(kernel: str, shape: str, cache: Path) -> None:
+    text = KERNELS[kernel].small() if shape == "small" else KERNELS[kernel].text(**fuzz_shape(kernel))
+    assert_matches(load(text), cache)
+
+
+def _walk(kernel: str, steps: int, rng: random.Random) -> list[Program]:
+    """The programs along one random walk of legal moves from the kernel."""
+    program = load(KERNELS[kernel].text(**fuzz_shape(kernel)))
+    programs = []
+    for _ in range(steps):
+        analysis = Analysis(program)
+        legal = find(program, analysis)
+        if not legal:
+            break
+        kind = rng.choice(sorted({m.name for m in legal}))
+        program = apply(program, rng.choice([m for m in legal if m.name == kind]), analysis)
+        programs.append(program)
+    return programs
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+def test_random_walk_matches_the_interpreter(kernel: str, cache: Path) -> None:
+    # 16 kernels times 16 steps: a few hundred programs in all
+    programs = _walk(kernel, 16, random.Random(f"codegen-{kernel}"))
+    inputs = random_inputs(programs[0], 1)
+    with ThreadPoolExecutor(WORKERS) as pool:
+        problems = [p for p in pool.map(lambda p: mismatch(p, inputs, cache), programs) if p]
+    assert not problems, problems[0]
+
+
+def test_generation_is_deterministic() -> None:
+    program = tuned_softmax(m=4, n=32)
+    assert generate(program, "native") == generate(load(to_text(program)), NATIVE)
+
+
+def test_tuned_softmax_example_matches(cache: Path) -> None:
+    program = tuned_softmax(m=64, n=512)
+    source = generate(program, NATIVE)
+    assert "#pragma omp parallel for" in source and "vf32x16" in source
+    assert_matches(program, cache)
+
+
+def test_golden_c_source() -> None:
+    program = load((GOLDEN / "softmax.dojo").read_text())
+    expected = GOLDEN / "softmax.c"
+    source = generate(program, NATIVE)
+    if UPDATE:
+        expected.write_text(source)
+    assert source == expected.read_text()
+
+
+def test_golden_kernel_is_the_tuned_example() -> None:
+    assert load((GOLDEN / "softmax.dojo").read_text()).body == tuned_softmax(m=4, n=32).body
+
+
+# -- each scope kind and storage rule ----------------------------------------------
+
+VECTORS = """kernel k(x, g, c, n) -> s, p, hi, lo, y, yi, yd
+
+x f32 [3, 16] heap
+g f32 [16] heap
+c f32 [] heap
+n i32 [3, 16] heap
+s f32 [3] heap
+p f32 [3] heap
+hi f32 [3] heap
+lo i32 [3] heap
+y f32 [3, 16] heap
+yi i32 [3, 16] heap
+yd f64 [3, 15] heap
+
+3 s[{0}] = 0
+| 2 8:v s[{0}] += x[{0},{1}*8+{2}] * g[{1}*8+{2}] + c[]
+| p[{0}] = 1
+| 4:v p[{0}] *= x[{0},{1}] + 1
+| hi[{0}] = -inf
+| 16:v hi[{0}] max= x[{0},{1}] / g[{1}]
+| lo[{0}] = 100
+| 16:v lo[{0}] min= n[{0},{1}] * 3
+| 16:v y[{0},{1}] = max(exp(x[{0},{1}]), n[{0},{1}]) + sqrt(abs(g[{1}])) - tanh(log(abs(c[])))
+| 16:v yi[{0},{1}] = abs(n[{0},{1}]) / 3 + max(n[{0},{1}], 0) - min(n[{0},{1}], {0})
+| 5 2:v yd[{0},{1}*2+{2}+1] = x[{0},{1}*2+{2}+1] * 2
+| yd[{0},0] = 0
+3 2 8:v y[{0},{1}*8+{2}] max= x[{0},{1}*8+{2}]
+3 16:v yi[{0},{1}] min= n[{0},{1}] - 1
+"""
+
+
+def test_vectorized_scopes(cache: Path) -> None:
+    """Horizontal reductions of every operator, contiguous reductions,
+    broadcasts, functions, mixed dtypes, integer vectors, unaligned offsets."""
+    program = load(VECTORS)
+    source = generate(program, NATIVE)
+    kernel = source[source.index("static void kernel"):source.index("static void *dojo_alloc")]
+    assert kernel.count("for (") == 6  # only the scopes that are not `:v`
+    assert "*(const vf32x8 *)&b_g[i1*8]" in kernel  # provably aligned
+    assert "*(vf64x2u *)&b_yd[i0*15 + i1*2 + 1]" in kernel  # not
+    assert "__builtin_convertvector(*(const vi32x16 *)&b_n[i0*16], vf32x16)" in kernel
+    assert_matches(program, cache)
+
+
+def test_horizontal_reduction_adds_lanes_in_order(cache: Path) -> None:
+    """Lanes added one by one in order give the sequential sum to the bit,
+    even where reassociation would not (1e8 + 1 - 1e8 ...)."""
+    program = load("""kernel k(x) -> s
+
+x f32 [32] heap
+s f32 [] heap
+
+s[] = 0
+4 8:v s[] += x[{0}*8+{1}]
+""")
+    x = np.tile(np.array([1e8, 1, -1e8, 1], np.float32), 8)
+    sequential = np.float32(0)
+    for value in x:
+        sequential = np.float32(sequential + value)
+    assert compiled_outputs(program, {"x": x}, cache)["s"] == sequential == interpret(program, {"x": x})["s"]
+
+
+def test_unrolled_scopes(cache: Path) -> None:
+    program = load("""kernel k(x) -> y
+
+x f32 [4, 8] heap
+y f32 [4, 8] heap
+t f32 [4:1, 8] stack
+
+4:u 8 t[{0},{1}] = exp(x[{0},{1}])
+|   8:u y[{0},{1}] = t[{0},{1}] * {1} + {0}
+""")
+    source = generate(program, NATIVE)
+    assert "for (long i0" not in source and "for (long i1" in source
+    assert "b_y[31] = b_t[7] * ((float)7) + ((float)3);" in source
+    assert source.count("float b_t[8]") == 4  # one per unrolled iteration: its home is the `:u` scope
+    assert_matches(program, cache)
+
+
+def test_parallel_scope_with_private_stack_buffers(cache: Path) -> None:
+    program = load("""kernel k(x) -> y
+
+x f32 [64, 8] heap
+y f32 [64, 8] heap
+t f32 [64:1, 8] stack
+u f32 [64:1] stack
+
+64:p u[{0}] = 0
+|    8 t[{0},{1}] = exp(x[{0},{1}])
+|    8 u[{0}] += t[{0},{1}]
+|    8:v y[{0},{1}] = t[{0},{1}] / u[{0}]
+""")
+    source = generate(program, NATIVE)
+    loop = source.index("#pragma omp parallel for\n    for (long i0 = 0; i0 < 64; ++i0) {")
+    # declared inside the parallel loop's body: each thread has its own
+    assert loop < source.index("float b_t[8]") < source.index("float b_u[1]") < source.index("b_u[0] = ")
+    for seed in range(3):
+        assert_matches(program, cache, random_inputs(program, seed))
+
+
+def test_folded_dimensions(cache: Path) -> None:
+    program = load("""kernel k(x) -> y
+
+x f32 [4, 8] heap
+y f32 [4, 8] heap
+t f32 [4:1, 8:3] heap
+w f32 [4:2, 8] heap
+
+4 8 t[{0},{1}] = x[{0},{1}] * 2
+| | y[{0},{1}] = t[{0},{1}] + 1
+4 8 w[{0},{1}] = x[{0},{1}] - 1
+| 8 y[{0},{1}] += w[{0},{1}]
+""")
+    source = generate(program, NATIVE)
+    assert "b_t[(i1 % 3)]" in source and "b_w[(i0 % 2)*8 + i1]" in source
+    assert "float *restrict b_t" in source and "dojo_alloc((size_t)3 * 4)" in source
+    assert_matches(program, cache)
+
+
+def test_arrays_in_one_buffer_share_storage(cache: Path) -> None:
+    program = load("""kernel k(x) -> y, z
+
+x f32 [4, 8] heap
+y f32 [4, 8] heap
+z f32 [4, 8] heap
+t f32 [4, 8] heap -> a, b
+
+4 8 a[{0},{1}] = x[{0},{1}] + 1
+4 8 z[{0},{1}] = a[{0},{1}]
+4 8 b[{0},{1}] = x[{0},{1}] * 3
+4 8 y[{0},{1}] = a[{0},{1}]
+""")
+    inputs = random_inputs(program, 0)
+    outputs = compiled_outputs(program, inputs, cache)
+    np.testing.assert_array_equal(outputs["y"], inputs["x"] * np.float32(3))  # `a` reads what `b` wrote
+    assert_matches(program, cache, inputs)
+
+
+def test_integer_arithmetic(cache: Path) -> None:
+    """Integer `/` truncates toward zero; index values convert to the dtype;
+    mixed dtypes compute in the written array's."""
+    program = load("""kernel k(x, d) -> y, z, w
+
+x i32 [16] heap
+d i32 [16] heap
+y i32 [16] heap
+z f32 [16] heap
+w i64 [16] heap
+
+16 y[{0}] = (x[{0}] - 9) / (abs(d[{0}]) + 1) + max(x[{0}], d[{0}]) - min(x[{0}], 2) * -x[{0}]
+16 z[{0}] = x[{0}] / 2 + {0}
+16 w[{0}] = x[{0}] * 1000000000 / 7 + {0} * 3
+""")
+    inputs = {"x": np.arange(-8, 8, dtype=np.int32), "d": np.arange(16, dtype=np.int32) % 5 - 2}
+    outputs = compiled_outputs(program, inputs, cache)
+    assert outputs["y"][0] == -5 + -2 - (-8 * 8)  # -17 / 3 truncates to -5 (floor would give -6)
+    assert outputs["z"][1] == np.float32(-7 / 2 + 1)
+    assert_matches(program, cache, inputs)
+
+
+NAN_PROGRAM = """kernel k(x) -> y, m, n, mv, nv, q
+
+x f32 [4, 8] heap
+y f32 [4, 8] heap
+m f32 [4] heap
+n f32 [4] heap
+mv f32 [4] heap
+nv f32 [4] heap
+q f32 [4] heap
+t f32 [4] heap
+
+4 8 y[{0},{1}] = max(x[{0},{1}], 0) + min(0, x[{0},{1}])
+4 m[{0}] = -inf
+| 8 m[{0}] max= x[{0},{1}]
+| n[{0}] = inf
+| 8 n[{0}] min= x[{0},{1}]
+| mv[{0}] = -inf
+| 8:v mv[{0}] max= x[{0},{1}]
+| nv[{0}] = inf
+| 8:v nv[{0}] min= x[{0},{1}]
+| q[{0}] = t[{0}] + 1
+"""
+
+
+def test_nan_propagates_through_max_and_min(cache: Path) -> None:
+    program = load(NAN_PROGRAM)
+    x = random_inputs(program, 0)["x"]
+    x[0, 0] = x[1, 7] = x[2, 3] = np.nan
+    outputs = compiled_outputs(program, {"x": x}, cache)
+    for name in ("m", "n", "mv", "nv"):
+        np.testing.assert_array_equal(np.isnan(outputs[name]), [True, True, True, False])
+    assert np.isnan(outputs["y"][0, 0]) and np.isnan(outputs["q"]).all()  # `t` is never written: poison
+    assert_matches(program, cache, {"x": x})
+
+
+def test_gpu_scopes_run_sequentially(cache: Path) -> None:
+    program = load("""kernel mul(x, y) -> z
+
+x f32 [2, 32] heap
+y f32 [2, 32] heap
+z f32 [2, 32] heap
+
+2:g 8:b 4:v z[{0},{1}*4+{2}] = x[{0},{1}*4+{2}] * y[{0},{1}*4+{2}]
+""")
+    assert "for (long i1 = 0; i1 < 8; ++i1)" in generate(program, NATIVE)
+    assert_matches(program, cache)
+
+
+def test_unvectorizable_v_scope_falls_back_to_a_loop(cache: Path) -> None:
+    # a hand-written `:v` on a strided access is kept as a sequential loop
+    program = load("""kernel k(x) -> y
+
+x f32 [4, 4] heap
+y f32 [4, 4] heap
+
+4 4:v y[{0},{1}] = x[{1},{0}]
+""")
+    assert "for (long i1 = 0; i1 < 4; ++i1)" in generate(program, NATIVE)
+    assert_matches(program, cache)
+
+
+# -- the harness protocol and the build ---------------------------------------------
+
+
+def test_harness_times_repeats_after_warmup(cache: Path) -> None:
+    program = load(KERNELS["add"].small())
+    binary = build(generate(program, NATIVE), NATIVE, cache)
+    inputs = random_inputs(program, 3)
+    outputs, stdout = run_binary(binary.path, program, inputs, repeats=5, warmup=2)
+    lines = stdout.splitlines()
+    assert len(lines) == 5 and all(line.startswith("time ") and float(line.split()[1]) >= 0 for line in lines)
+    np.testing.assert_array_equal(outputs["z"], inputs["x"] + inputs["y"])  # the untimed first run's inputs
+
+
+def test_harness_refuses_bad_arguments_and_short_input(cache: Path, tmp_path: Path) -> None:
+    binary = build(generate(load(KERNELS["add"].small()), NATIVE), NATIVE, cache).path
+    assert subprocess.run([str(binary)], capture_output=True).returncode == 2
+    short = tmp_path / "in"
+    short.write_bytes(b"\0" * 8)
+    result = subprocess.run([str(binary), str(short), str(tmp_path / "out"), "1", "0", "0"],
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and "ends before input" in result.stderr
+
+
+def test_build_is_cached_and_safe_to_race(tmp_path: Path) -> None:
+    source = generate(load(KERNELS["relu"].small()), NATIVE)
+    with ThreadPoolExecutor(4) as pool:
+        binaries = list(pool.map(lambda _: build(source, NATIVE, tmp_path), range(4)))
+    assert len({b.path for b in binaries}) == 1 and binaries[0].path.exists()
+    again = build(source, NATIVE, tmp_path)
+    assert again.cached and again.compile_s == 0
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == ["", ".c"]  # no temporaries left behind
+
+
+def test_build_error_shows_the_compiler_message(tmp_path: Path) -> None:
+    with pytest.raises(BuildError, match="undeclared"):
+        build("int main(void) { return nope; }\n", NATIVE, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_targets() -> None:
+    assert set(TARGETS) == {"native", "x86-avx2", "x86-avx512", "arm-neon", "riscv-rvv", "cuda", "hip"}
+    with pytest.raises(ValueError, match="native, x86-avx2"):
+        get_target("vax")
+    assert not get_target("cuda").runnable() and get_target("cuda").language == "cuda"
+    assert NATIVE.vector_bytes in (16, 32, 64) and NATIVE.cores >= 1
+    assert all("-ffast-math" not in t.flags for t in TARGETS.values())
+
+
+# -- other targets ------------------------------------------------------------------
+
+FOREIGN = [pytest.param(name, id=name) for name in ("x86-avx2", "x86-avx512", "arm-neon", "riscv-rvv")]
+
+
+@pytest.mark.parametrize("name", FOREIGN)
+def test_other_targets_run_correctly(name: str, cache: Path) -> None:
+    target = get_target(name)
+    if not target.buildable():
+        pytest.skip(f"{target.compiler[0]} is not installed (`make` installs the cross compilers)")
+    if not target.runnable():
+        pytest.skip(f"cannot run {name} binaries here: no {target.launcher[:1] or target.cpu_flags} on this machine")
+    for program in (tuned_softmax(m=4, n=32), load(VECTORS), load(NAN_PROGRAM), load(KERNELS["matmul"].small())):
+        assert_matches(program, cache, target=target)

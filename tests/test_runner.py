@@ -1,0 +1,211 @@
+"""The local runner: real builds and runs on this machine, each result checked against its spec."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codegen import generate
+from codegen.build import build
+from codegen.targets import get_target
+from dojo_ir import load, to_text
+from dojo_ir.derivation import record
+from dojo_ir.library import KERNELS
+from dojo_ir.moves import apply
+from runner.local import INTERPRET_LIMIT, LocalRunner, iterations
+from runner.measure import measure
+from runner.result import RunResult
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SOFTMAX = KERNELS["softmax"].text(m=64, n=48)
+MOVES = ["join_scopes(op=m#1, depth=0)", "split_scope(op=y, depth=1, factor=8)", "vectorize_scope(op=y, depth=2)",
+         "parallelize_scope(op=y, depth=0)"]
+# computes e * s where the spec divides: it passes the checker and means something else
+WRONG = SOFTMAX.replace("y[{0},{1}] = e[{0},{1}] / s[{0}]", "y[{0},{1}] = e[{0},{1}] * s[{0}]")
+DIVIDE_BY_ZERO = """kernel k(x) -> y
+
+x i32 [8] heap
+y i32 [8] heap
+
+8 y[{0}] = x[{0}] / 0
+"""
+# ten billion dependent additions: far longer than any limit the tests set
+ENDLESS = """kernel k(x) -> y
+
+x f32 [100] heap
+y f32 [100] heap
+
+100 y[{0}] = 0
+100 100000000 y[{0}] += x[{0}]
+"""
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def runner(cache: Path) -> LocalRunner:
+    return LocalRunner(cache_dir=cache, time_limit_s=30)
+
+
+def derived(spec_text: str, moves: list[str], spec_file: str = "softmax.dojo") -> str:
+    program = load(spec_text)
+    for move in moves:
+        program = apply(program, move)
+    return to_text(record(program, moves, spec_file))
+
+
+def test_a_library_kernel_runs_and_verifies(runner: LocalRunner) -> None:
+    result = runner.run(load(SOFTMAX), repeats=5, warmup=1)
+    assert result.error is None
+    assert result.verified is True and result.ok
+    assert result.max_error is not None and result.max_error < 1e-5
+    assert len(result.times) == 5 and result.repeats == 5
+    assert result.min_s <= result.median_s <= result.max_s
+    assert result.target == "native"
+
+
+def test_a_derived_program_with_threads_and_vectors_verifies_against_its_spec(runner: LocalRunner) -> None:
+    program = load(derived(SOFTMAX, MOVES))
+    result = runner.run(program, repeats=3, spec=load(SOFTMAX))
+    assert result.ok, result
+
+
+def test_a_wrong_program_is_measured_but_not_verified(runner: LocalRunner) -> None:
+    result = runner.run(load(WRONG), repeats=3, spec=load(SOFTMAX))
+    assert result.error is None and len(result.times) == 3
+    assert result.verified is False and not result.ok
+    assert result.max_error > 1e-3
+
+
+def test_a_large_spec_is_compiled_for_reference_and_still_catches_a_wrong_program(runner: LocalRunner) -> None:
+    spec = load(KERNELS["matmul"].text(m=128, k=130, n=128))
+    assert iterations(spec) > INTERPRET_LIMIT
+    split = apply(apply(spec, "split_scope(op=c#2, depth=2, factor=10)"), "parallelize_scope(op=c#2, depth=0)")
+    assert runner.run(split, repeats=2, spec=spec).ok
+    wrong = load(to_text(spec).replace("a[{0},{2}] * b[{2},{1}]", "a[{0},{2}] * b[{2},{0}]"))
+    result = runner.run(wrong, repeats=2, spec=spec)
+    assert result.error is None and result.verified is False
+
+
+def test_a_crashing_kernel_gives_an_error_not_an_exception(runner: LocalRunner) -> None:
+    result = runner.run(load(DIVIDE_BY_ZERO), repeats=2)
+    assert result.error is not None and "crashed" in result.error and "SIG" in result.error
+    assert result.median_s is None and result.verified is None and not result.ok
+
+
+def test_hitting_the_time_limit_gives_an_error(cache: Path) -> None:
+    result = LocalRunner(cache_dir=cache, time_limit_s=1).run(load(ENDLESS), repeats=1, warmup=0)
+    assert result.error is not None and "time limit" in result.error
+    assert result.median_s is None
+
+
+def test_exceeding_the_memory_limit_gives_an_error(cache: Path) -> None:
+    big = """kernel k(x) -> y
+
+x f32 [4] heap
+y f32 [4] heap
+t f32 [64000000] heap
+
+64000000 t[{0}] = 1
+4 y[{0}] = x[{0}] + t[{0}]
+"""
+    result = LocalRunner(cache_dir=cache, memory_limit_bytes=64 << 20).run(load(big), repeats=1, warmup=0)
+    assert result.error is not None and result.median_s is None
+
+
+def test_a_program_whose_arrays_differ_from_the_spec_is_refused(runner: LocalRunner) -> None:
+    other = load(SOFTMAX.replace("x f32 [64, 48]", "x f64 [64, 48]"))
+    result = runner.run(other, spec=load(SOFTMAX))
+    assert result.error is not None and "`x` is f64" in result.error
+
+
+def test_invalid_arguments_raise(runner: LocalRunner) -> None:
+    with pytest.raises(ValueError, match="unknown target"):
+        runner.run(load(SOFTMAX), target="pdp11")
+    with pytest.raises(ValueError, match="repeats"):
+        runner.run(load(SOFTMAX), repeats=0)
+
+
+def test_the_cache_makes_the_second_build_fast(tmp_path: Path) -> None:
+    target = get_target("native")
+    source = generate(load(KERNELS["layernorm1"].text(m=16, n=24)), target)
+    first = build(source, target, cache_dir=tmp_path)
+    second = build(source, target, cache_dir=tmp_path)
+    assert not first.cached and second.cached and second.path == first.path
+    again = LocalRunner(cache_dir=tmp_path).run(load(KERNELS["layernorm1"].text(m=16, n=24)), repeats=1)
+    assert again.ok and again.compile_s < first.compile_s / 4
+
+
+def test_the_json_record_has_every_field_and_round_trips(runner: LocalRunner) -> None:
+    result = runner.run(load(SOFTMAX), repeats=2)
+    data = json.loads(json.dumps(result.to_json()))
+    assert {"target", "median_s", "min_s", "max_s", "repeats", "compile_s", "verified", "max_error", "error",
+            "times"} <= set(data)
+    assert RunResult.from_json(data) == result
+
+
+def test_measure_repeats_a_fast_kernel_until_the_minimum_time(runner: LocalRunner) -> None:
+    exact = measure(runner, load(SOFTMAX), repeats=3, min_time_s=0)
+    assert exact.repeats == len(exact.times) == 3
+    longer = measure(runner, load(SOFTMAX), repeats=3, min_time_s=0.01)
+    assert longer.ok and longer.repeats == len(longer.times) > 3
+    assert sum(longer.times) >= 0.01 * 0.5  # the second run's count comes from the first one's median
+    crashed = measure(runner, load(DIVIDE_BY_ZERO), repeats=3)
+    assert crashed.error is not None
+
+
+def test_targets_lists_each_with_whether_it_builds_and_runs(runner: LocalRunner) -> None:
+    targets = {t["name"]: t for t in runner.targets()}
+    assert targets["native"] == {"name": "native", "language": "c", "buildable": True, "runnable": True}
+    assert all(set(t) == {"name", "language", "buildable", "runnable"} for t in targets.values())
+
+
+# -- the command line ----------------------------------------------------------------
+
+
+def dojo(*args: str, cache: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={"PATH": "/usr/bin:/bin", "DOJO_CACHE": str(cache)})
+
+
+def test_dojo_run_measures_a_derived_file_against_its_spec(tmp_path: Path, cache: Path) -> None:
+    (tmp_path / "softmax.dojo").write_text(SOFTMAX)
+    (tmp_path / "fast.dojo").write_text(derived(SOFTMAX, MOVES))
+    (tmp_path / "wrong.dojo").write_text(WRONG.replace("-> y\n", '-> y\nspec "softmax.dojo"\n', 1))
+    human = dojo("run", str(tmp_path / "fast.dojo"), "--repeats", "3", "--min-time", "0", cache=cache)
+    assert human.returncode == 0, human.stderr
+    assert human.stdout.startswith("softmax on native: median ")
+    assert "(min " in human.stdout and "3 runs), compiled in " in human.stdout and "verified (max error" in human.stdout
+    as_json = dojo("run", str(tmp_path / "fast.dojo"), "--repeats", "2", "--warmup", "0", "--json", cache=cache)
+    measured = json.loads(as_json.stdout)
+    assert as_json.returncode == 0 and measured["verified"] is True
+    # microseconds each: the default minimum time of 0.2 s asks for many more repetitions
+    assert measured["repeats"] == len(measured["times"]) > 100
+    wrong = dojo("run", str(tmp_path / "wrong.dojo"), "--repeats", "2", cache=cache)
+    assert wrong.returncode == 1 and "NOT verified" in wrong.stdout
+
+
+def test_dojo_codegen_prints_the_source_and_refuses_an_unknown_target(tmp_path: Path, cache: Path) -> None:
+    (tmp_path / "softmax.dojo").write_text(SOFTMAX)
+    source = dojo("codegen", str(tmp_path / "softmax.dojo"), cache=cache)
+    assert source.returncode == 0 and "int main(" in source.stdout
+    unknown = dojo("codegen", str(tmp_path / "softmax.dojo"), "--target", "pdp11", cache=cache)
+    assert unknown.returncode == 1 and "unknown target" in unknown.stderr
+
+
+def test_dojo_run_reports_a_crash_and_an_unreachable_runner(tmp_path: Path, cache: Path) -> None:
+    (tmp_path / "k.dojo").write_text(DIVIDE_BY_ZERO)
+    crash = dojo("run", str(tmp_path / "k.dojo"), cache=cache)
+    assert crash.returncode == 1 and "k on native: failed" in crash.stdout and "crashed" in crash.stdout
+    (tmp_path / "token").write_text("secret\n")
+    remote = dojo("run", str(tmp_path / "k.dojo"), "--runner", "http://127.0.0.1:9", "--token-file",
+                  str(tmp_path / "token"), cache=cache)
+    assert remote.returncode == 1 and "cannot reach" in remote.stderr
