@@ -43,6 +43,8 @@ bench: install
 	$(BIN)/python bench/parse_speed.py
 	$(BIN)/python bench/moves_speed.py
 	$(BIN)/python bench/fuzz_moves.py
+	$(BIN)/python bench/evaluations.py
+	$(BIN)/python bench/runner_noise.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -80,13 +80,13 @@ def build(source: str, target: Target, cache_dir: Path | None = None) -> Binary:
     except (OSError, subprocess.TimeoutExpired) as error:
         source_tmp.unlink(missing_ok=True)
         binary_tmp.unlink(missing_ok=True)
-        raise BuildError(f"cannot run {target.compiler[0]} for target {target.name}: {error}") from error
+        raise BuildError(f"cannot run {target.compiler[-1]} for target {target.name}: {error}") from error
     elapsed = time.perf_counter() - start
     if result.returncode != 0:
         source_tmp.unlink(missing_ok=True)
         binary_tmp.unlink(missing_ok=True)
         stderr = "\n".join(result.stderr.splitlines()[:_STDERR_LINES])
-        raise BuildError(f"{target.compiler[0]} failed for target {target.name} (exit {result.returncode}):\n{stderr}")
+        raise BuildError(f"{target.compiler[-1]} failed for target {target.name} (exit {result.returncode}):\n{stderr}")
     os.replace(source_tmp, directory / f"{key}{extension}")
     os.replace(binary_tmp, path)
     return Binary(path, elapsed, False)

@@ -44,7 +44,6 @@ from dojo_ir.affine import Affine, affine
 from dojo_ir.tree import FLOAT_DTYPES, Access, Binary, Buffer, Call, Expr, Num, Program, Ref, Unary
 
 C_TYPES = {"f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t"}
-DTYPE_BYTES = {"f32": 4, "f64": 8, "i32": 4, "i64": 8}
 # What an element holds before it is written (the interpreter's poison).
 POISON = {"f32": "NAN", "f64": "NAN", "i32": "INT32_MIN", "i64": "INT64_MIN"}
 # The C operator of each reduction that has one; max= and min= use helpers.

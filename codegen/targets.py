@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -34,6 +35,19 @@ def cpu_flags() -> frozenset[str]:
         if key.strip() in ("flags", "Features"):
             return frozenset(value.split())
     return frozenset()
+
+
+@cache
+def gpu_present(language: str) -> bool:
+    """Whether the vendor's own tool sees a GPU: nvidia-smi for CUDA,
+    rocminfo for HIP."""
+    probe = {"cuda": ["nvidia-smi", "-L"], "hip": ["rocminfo"]}[language]
+    if shutil.which(probe[0]) is None:
+        return False
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def native_vector_bytes() -> int:
@@ -63,12 +77,13 @@ class Target:
         return shutil.which(self.compiler[-1]) is not None
 
     def runnable(self) -> bool:
-        """Whether binaries for this target can run on this machine: a C
-        target (there is no GPU here) that builds, whose launcher is on PATH
-        and whose CPU features the host has."""
-        return (self.language == "c" and self.buildable()
+        """Whether binaries for this target can run on this machine: it
+        builds, its launcher is on PATH, the host has its CPU features, and a
+        GPU target has a GPU of its kind (a runner on a GPU box)."""
+        return (self.buildable()
                 and (not self.launcher or shutil.which(self.launcher[0]) is not None)
-                and set(self.cpu_flags) <= cpu_flags())
+                and set(self.cpu_flags) <= cpu_flags()
+                and (self.language == "c" or gpu_present(self.language)))
 
 
 def _c_target(name: str, compiler: str, march: tuple[str, ...], vector_bytes: int,

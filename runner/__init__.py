@@ -1,1 +1,1 @@
-"""The benchmark runner: build, run, time and verify, locally or through a remote service (to come)."""
+"""The benchmark runner: build, run, time and verify, locally (local.py) or through the HTTP service (service.py)."""

@@ -31,10 +31,9 @@ overlap a benchmark; runners that share a machine should share the cache directo
 exactly the target's cores with threads bound one per core (OMP_NUM_THREADS, OMP_PROC_BIND=true,
 OMP_PLACES=cores) so that threads do not migrate between repetitions. Warm-up and the median
 take care of cold caches and outliers; slow spells of the host longer than a few repetitions need
-more repetitions, which `runner.measure` adds (`dojo run` times at least 0.2 s). Then repeated
-`dojo run`s of a sequential kernel agree within about 3% even on this busy 2-core machine
-(bench/results/runner_noise.md); a parallel kernel needs every core, so only a quiet machine
-times it reliably.
+more repetitions, which `runner.measure` adds (`dojo run` times at least 1 s). Then repeated
+`dojo run`s agree within a few percent (bench/results/runner_noise.md) when nothing else runs; a
+parallel kernel needs every core, so another process's load shows in its times at once.
 """
 
 from __future__ import annotations

@@ -46,13 +46,13 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dojo_ir import Program, diagnose
+from dojo_ir.tree import DTYPE_BYTES
 from runner.client import read_token
 from runner.local import LocalRunner
 from runner.result import RunResult
 
 MAX_BODY = 1 << 20
 MAX_DATA = 4 << 30
-_ITEMSIZE = {"f32": 4, "f64": 8, "i32": 4, "i64": 8}
 REPEATS = range(1, 1001)
 WARMUP = range(0, 1001)
 _FIELDS = {"program", "target", "repeats", "warmup", "spec"}
@@ -114,7 +114,7 @@ def parse_run_request(body: bytes, targets: list[dict[str, Any]], max_data: int 
 def _bytes(program: Program) -> int:
     """What the inputs and outputs of `program` take at their logical shapes."""
     buffers = [program.buffer_of[name] for name in program.inputs + program.outputs]
-    return sum(prod(b.shape) * _ITEMSIZE[b.dtype] for b in buffers)
+    return sum(prod(b.shape) * DTYPE_BYTES[b.dtype] for b in buffers)
 
 
 def _check_target(target: object, targets: list[dict[str, Any]]) -> None:

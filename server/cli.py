@@ -25,7 +25,7 @@ from dojo_ir.derivation import record, spec_path, verify
 from dojo_ir.fuzz import fuzz
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import KINDS, Analysis, apply, find, parse_move
-from runner.measure import measure
+from runner.measure import MIN_TIME_S, measure
 from runner.result import RunResult
 
 
@@ -393,8 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--target", default="native", metavar="T", help="a target (default: native)")
     run.add_argument("--repeats", type=int, default=10, metavar="N", help="timed runs (default: 10)")
     run.add_argument("--warmup", type=int, default=2, metavar="W", help="untimed runs first (default: 2)")
-    run.add_argument("--min-time", type=float, default=0.2, metavar="S",
-                     help="repeat more until the timed runs add up to S seconds (default: 0.2; 0: exactly N runs)")
+    run.add_argument("--min-time", type=float, default=MIN_TIME_S, metavar="S",
+                     help=f"time more runs until they add up to S seconds (default: {MIN_TIME_S:g}; 0: exactly N)")
     run.add_argument("--json", action="store_true", help="the result as JSON")
     run.add_argument("--runner", metavar="URL", help="a runner service (default: $DOJO_RUNNER_URL, else this machine)")
     run.add_argument("--token-file", metavar="F", help="the service's token (default: $DOJO_RUNNER_TOKEN)")
