@@ -26,10 +26,9 @@ import re
 from dataclasses import dataclass
 
 from dojo_ir.affine import affine
-from dojo_ir.tree import FLOAT_DTYPES, Access, Binary, Call, Expr, Op, Program, Ref, Scope, Unary
+from dojo_ir.tree import DTYPE_BYTES, FLOAT_DTYPES, Access, Binary, Call, Expr, Op, Program, Ref, Scope, Unary
 
 from .cexpr import (
-    DTYPE_BYTES,
     REDUCTION_FUNCTIONS,
     REDUCTION_OPERATORS,
     Env,

@@ -22,9 +22,9 @@ refilling the inputs, untimed, so that a timed run does not pay to move them.
 
 from __future__ import annotations
 
-from dojo_ir.tree import Buffer, Program
+from dojo_ir.tree import DTYPE_BYTES, Buffer, Program
 
-from .cexpr import DTYPE_BYTES, POISON, buffer_var, c_type, storage_size
+from .cexpr import POISON, buffer_var, c_type, storage_size
 
 _ALLOC = r"""static void *dojo_alloc(size_t bytes)
 {
