@@ -188,7 +188,7 @@ def test_dojo_run_measures_a_derived_file_against_its_spec(tmp_path: Path, cache
     measured = json.loads(as_json.stdout)
     assert as_json.returncode == 0 and measured["verified"] is True
     # microseconds each: the default minimum time of 1 s asks for many more repetitions
-    assert measured["repeats"] == len(measured["times"]) > 100
+    assert measured["repeats"] > 100 and "times" not in measured
     wrong = dojo("run", str(tmp_path / "wrong.dojo"), "--repeats", "2", cache=cache)
     assert wrong.returncode == 1 and "NOT verified" in wrong.stdout
 
