@@ -154,7 +154,7 @@ class LocalRunner:
         started = time.perf_counter()
         try:
             binary = build(generate(program, chosen), chosen, cache_dir=self.cache_dir)
-        except (BuildError, DojoError, NotImplementedError, ValueError) as error:
+        except (BuildError, DojoError, ValueError) as error:
             return failed(f"cannot build for {chosen.name}: {error}", time.perf_counter() - started)
         compile_s = time.perf_counter() - started
 
@@ -189,7 +189,7 @@ class LocalRunner:
             sequential = unscheduled(spec)
             try:
                 binary = build(generate(sequential, target), target, cache_dir=self.cache_dir)
-            except (BuildError, DojoError, NotImplementedError, ValueError) as error:
+            except (BuildError, DojoError, ValueError) as error:
                 return None, f"cannot build the spec for reference outputs: {error}"
             outcome = self._execute(binary.path, target, sequential, given, work / "reference.bin", 0, 0)
             if outcome.error is not None:

@@ -263,7 +263,7 @@ def cmd_codegen(args: argparse.Namespace) -> int:
     program = _load(args.file)
     try:
         source = generate(program, get_target(args.target))
-    except (ValueError, NotImplementedError) as error:
+    except ValueError as error:
         raise CommandError(f"{args.file}: error: {error}") from None
     sys.stdout.write(source)
     return 0
