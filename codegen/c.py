@@ -105,28 +105,28 @@ class _Emitter:
             vector = vector_statement(node, depth, self.program, env)
             if vector is not None:
                 declarations = [_declaration(b) for b in self.homes.get(path, [])]
-                yield from _braced(declarations + vector) if declarations else vector
+                yield from braced(declarations + vector) if declarations else vector
                 return
         if node.kind == "p":
             yield "#pragma omp parallel for"
         var = loop_var(depth)
         yield f"for (long {var} = 0; {var} < {node.size}; ++{var}) {{"
-        yield from _indented(self.block(node.body, path, {**env, depth: var}))
+        yield from indented(self.block(node.body, path, {**env, depth: var}))
         yield "}"
 
     def braced(self, nodes: tuple[Node, ...], path: Path, env: Env) -> Iterator[str]:
         """One unrolled iteration; braces only when it declares local buffers."""
         lines = list(self.block(nodes, path, env))
-        yield from _braced(lines) if path in self.homes else lines
+        yield from braced(lines) if path in self.homes else lines
 
 
-def _indented(lines: Iterator[str] | list[str]) -> Iterator[str]:
+def indented(lines: Iterator[str] | list[str]) -> Iterator[str]:
     for line in lines:
         yield _INDENT + line
 
 
-def _braced(lines: list[str]) -> list[str]:
-    return ["{", *_indented(lines), "}"]
+def braced(lines: list[str]) -> list[str]:
+    return ["{", *indented(lines), "}"]
 
 
 def kernel_function(program: Program) -> str:
@@ -134,7 +134,7 @@ def kernel_function(program: Program) -> str:
     inputs = {program.buffer_of[name].name for name in program.inputs}
     params = [f"{'const ' if b.name in inputs else ''}{c_type(b.dtype)} *restrict {buffer_var(b.name)}"
               for b in parameters(program)]
-    body = _indented(_Emitter(program).block(program.body, (), {}))
+    body = indented(_Emitter(program).block(program.body, (), {}))
     return "\n".join([f"static void kernel({', '.join(params)})", "{", *body, "}"])
 
 

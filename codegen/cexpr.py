@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from math import prod
 
 from dojo_ir.affine import Affine, affine
+from dojo_ir.printer import PRECEDENCE, UNARY, precedence
 from dojo_ir.tree import FLOAT_DTYPES, Access, Binary, Buffer, Call, Expr, Num, Program, Ref, Unary
 
 C_TYPES = {"f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t"}
@@ -49,9 +50,6 @@ POISON = {"f32": "NAN", "f64": "NAN", "i32": "INT32_MIN", "i64": "INT64_MIN"}
 # The C operator of each reduction that has one; max= and min= use helpers.
 REDUCTION_OPERATORS = {"+=": "+", "*=": "*"}
 REDUCTION_FUNCTIONS = {"max=": "max", "min=": "min"}
-_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
-_UNARY = 3
-_ATOM = 4
 
 Env = Mapping[int, str | int]  # scope depth -> its loop variable's name, or its value in an unrolled copy
 
@@ -164,14 +162,6 @@ def cast(text: str, dtype: str) -> str:
 # -- expressions -------------------------------------------------------------------
 
 
-def _precedence(expr: Expr) -> int:
-    if isinstance(expr, Binary):
-        return _PRECEDENCE[expr.op]
-    if isinstance(expr, Unary):
-        return _UNARY
-    return _ATOM
-
-
 def function_name(func: str, dtype: str) -> str:
     """The C function computing `func` on scalars of `dtype`."""
     if func in ("max", "min") or (func == "abs" and dtype not in FLOAT_DTYPES):
@@ -228,9 +218,9 @@ class Printer:
         if isinstance(expr, Call):
             return self.call(expr.func, [self.value(a, dtype) for a in expr.args], dtype)
         if isinstance(expr, Unary):
-            return "-" + self._operand(expr.operand, _UNARY + 1, dtype)
+            return "-" + self._operand(expr.operand, UNARY + 1, dtype)
         if isinstance(expr, Binary):
-            precedence = _PRECEDENCE[expr.op]
+            precedence = PRECEDENCE[expr.op]
             left = self._operand(expr.left, precedence, dtype)
             right = self._operand(expr.right, precedence + 1, dtype)
             return f"{left} {expr.op} {right}"
@@ -239,7 +229,7 @@ class Printer:
     def _operand(self, expr: Expr, needed: int, dtype: str) -> str:
         text = self.value(expr, dtype)
         # `- -x` would read as `--x`; a unary operand of unary minus keeps parentheses
-        return f"({text})" if _precedence(expr) < needed else text
+        return f"({text})" if precedence(expr) < needed else text
 
 
 def combine(assign: str, old: str, new: str, dtype: str) -> str:

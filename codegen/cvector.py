@@ -26,7 +26,8 @@ import re
 from dataclasses import dataclass
 
 from dojo_ir.affine import affine
-from dojo_ir.tree import DTYPE_BYTES, FLOAT_DTYPES, Access, Binary, Call, Expr, Op, Program, Ref, Scope, Unary
+from dojo_ir.moves.vectorize_scope import lane_as_value
+from dojo_ir.tree import DTYPE_BYTES, FLOAT_DTYPES, Access, Op, Program, Scope
 
 from .cexpr import (
     REDUCTION_FUNCTIONS,
@@ -66,18 +67,6 @@ def _lane_use(access: Access, lane: int) -> str | None:
     return None
 
 
-def _lane_as_value(expr: Expr, lane: int) -> bool:
-    if isinstance(expr, Ref):
-        return expr.depth == lane
-    if isinstance(expr, Unary):
-        return _lane_as_value(expr.operand, lane)
-    if isinstance(expr, Binary):
-        return _lane_as_value(expr.left, lane) or _lane_as_value(expr.right, lane)
-    if isinstance(expr, Call):
-        return any(_lane_as_value(a, lane) for a in expr.args)
-    return False
-
-
 def vectorizable(scope: Scope, lane: int, program: Program) -> bool:
     """Whether the `:v` scope at depth `lane` meets the module's conditions."""
     if scope.size not in _LANES or len(scope.body) != 1 or not isinstance(scope.body[0], Op):
@@ -89,7 +78,7 @@ def vectorizable(scope: Scope, lane: int, program: Program) -> bool:
             return False
     if _lane_use(op.target, lane) == "invariant" and op.reduction is None:
         return False
-    return not _lane_as_value(op.value, lane)
+    return not lane_as_value(op.value, lane)
 
 
 @dataclass(frozen=True)

@@ -55,29 +55,19 @@ from dojo_ir.dependence import Touch
 from dojo_ir.moves import Analysis
 from dojo_ir.tree import Buffer, Node, Op, Program, Scope, walk_op_paths
 
-from .c import parameters
+from .c import braced, indented, parameters
 from .cexpr import Env, Printer, buffer_var, c_type, loop_var, statement, storage_size
 
 THREAD_KINDS = ("b", "w")
 MAX_BLOCK_THREADS = 1024
 MAX_GRID_BLOCKS = 2**31 - 1  # blockIdx.x
 BARRIER = "__syncthreads();"
-_INDENT = "    "
 
 Path = tuple[int, ...]
 Homes = dict[Path, list[Buffer]]
 Threads = tuple[tuple[int, Scope], ...]  # the `:b`/`:w` scopes around a node, outermost first, with their depths
 # One buffer that some code touches: (buffer name, written, by thread 0 alone).
 Use = tuple[str, bool, bool]
-
-
-def indented(lines: Iterator[str] | list[str]) -> Iterator[str]:
-    for line in lines:
-        yield _INDENT + line
-
-
-def braced(lines: list[str]) -> list[str]:
-    return ["{", *indented(lines), "}"]
 
 
 def is_grid(node: Node) -> bool:

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from .tree import Access, Binary, Buffer, Call, Expr, Name, Node, Num, Op, Program, Ref, Scope, Unary
 
-_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
-_UNARY = 3
-_ATOM = 4
+PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}  # binary operators; unary minus binds tighter, atoms tightest
+UNARY = 3
+ATOM = 4
 
 
-def _precedence(expr: Expr) -> int:
+def precedence(expr: Expr) -> int:
     if isinstance(expr, Binary):
-        return _PRECEDENCE[expr.op]
+        return PRECEDENCE[expr.op]
     if isinstance(expr, Unary):
-        return _UNARY
-    return _ATOM
+        return UNARY
+    return ATOM
 
 
 def expr_text(expr: Expr, compact: bool = False) -> str:
@@ -38,9 +38,9 @@ def expr_text(expr: Expr, compact: bool = False) -> str:
         sep = "," if compact else ", "
         return f"{expr.func}({sep.join(expr_text(a, compact) for a in expr.args)})"
     if isinstance(expr, Unary):
-        return "-" + _operand(expr.operand, _UNARY, compact)
+        return "-" + _operand(expr.operand, UNARY, compact)
     assert isinstance(expr, Binary)
-    precedence = _PRECEDENCE[expr.op]
+    precedence = PRECEDENCE[expr.op]
     left = _operand(expr.left, precedence, compact)
     # Operators are left-associative: a right operand of equal precedence is
     # a different tree unless it keeps its parentheses.
@@ -50,7 +50,7 @@ def expr_text(expr: Expr, compact: bool = False) -> str:
 
 def _operand(expr: Expr, needed: int, compact: bool) -> str:
     text = expr_text(expr, compact)
-    return f"({text})" if _precedence(expr) < needed else text
+    return f"({text})" if precedence(expr) < needed else text
 
 
 def access_text(access: Access) -> str:

@@ -49,16 +49,16 @@ def candidates(a: Analysis) -> Iterator[Move]:
             yield Move(NAME, (("op", label), ("depth", depth)), a.first_site(path).line)
 
 
-def _lane_as_value(expr: Expr, lane: int) -> bool:
+def lane_as_value(expr: Expr, lane: int) -> bool:
     """Does `{lane}` occur in `expr` outside the indices of its accesses?"""
     if isinstance(expr, Ref):
         return expr.depth == lane
     if isinstance(expr, Unary):
-        return _lane_as_value(expr.operand, lane)
+        return lane_as_value(expr.operand, lane)
     if isinstance(expr, Binary):
-        return _lane_as_value(expr.left, lane) or _lane_as_value(expr.right, lane)
+        return lane_as_value(expr.left, lane) or lane_as_value(expr.right, lane)
     if isinstance(expr, Call):
-        return any(_lane_as_value(arg, lane) for arg in expr.args)
+        return any(lane_as_value(arg, lane) for arg in expr.args)
     return False
 
 
@@ -89,7 +89,7 @@ def _vector_problem(a: Analysis, op: Op, lane: int, size: int) -> str | None:
             return problem
     if not any(affine(i).coef(lane) for i in op.target.index) and not op.reduction:
         return f"every lane would write the same element `{access_text(op.target)}`"
-    if _lane_as_value(op.value, lane):
+    if lane_as_value(op.value, lane):
         return f"`{{{lane}}}` is used as a value, and there is no vector of lane indices"
     return None
 
