@@ -17,6 +17,7 @@ from dataclasses import replace
 from ..affine import Affine, NotAffine, affine
 from ..tree import Access, Binary, Call, Expr, Node, Op, Program, Ref, Scope, Unary, walk_expr
 from .base import Analysis, Move, iter_paths, splice, with_body
+from .rewrite import ref, substitute_expr
 
 NAME = "merge_scopes"
 TITLE = "Merge with the inner scope"
@@ -69,20 +70,15 @@ def _merge_expr(expr: Expr, depth: int, inner: int) -> Expr:
 
 
 def _shift(expr: Expr, depth: int) -> Expr:
-    """Renumber references below the merged pair (`{d}` -> `{d-1}`)."""
-    if isinstance(expr, Ref):
-        if expr.depth in (depth, depth + 1):
+    """Renumber references below the merged pair (`{d}` -> `{d-1}`); a lone
+    reference to one of the pair cannot be written with the merged scope."""
+
+    def sub(d: int):
+        if d in (depth, depth + 1):
             raise _Unmergeable
-        return Ref(expr.depth - 1) if expr.depth > depth + 1 else expr
-    if isinstance(expr, Access):
-        return replace(expr, index=tuple(_shift(i, depth) for i in expr.index))
-    if isinstance(expr, Unary):
-        return replace(expr, operand=_shift(expr.operand, depth))
-    if isinstance(expr, Binary):
-        return replace(expr, left=_shift(expr.left, depth), right=_shift(expr.right, depth))
-    if isinstance(expr, Call):
-        return replace(expr, args=tuple(_shift(x, depth) for x in expr.args))
-    return expr
+        return ref(d - 1 if d > depth + 1 else d)
+
+    return substitute_expr(expr, sub)
 
 
 def _merge_body(nodes: tuple[Node, ...], depth: int, inner: int) -> tuple[Node, ...]:

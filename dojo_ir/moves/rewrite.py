@@ -22,7 +22,8 @@ def _is_ref(form: Affine) -> int | None:
     return form.terms[0][0] if form.const == 0 and len(form.terms) == 1 and form.terms[0][1] == 1 else None
 
 
-def _expr(expr: Expr, sub: Substitution) -> Expr:
+def substitute_expr(expr: Expr, sub: Substitution) -> Expr:
+    """`expr` with every `{d}` replaced by `sub(d)`."""
     if isinstance(expr, Ref):
         form = sub(expr.depth)
         depth = _is_ref(form)
@@ -30,11 +31,11 @@ def _expr(expr: Expr, sub: Substitution) -> Expr:
     if isinstance(expr, Access):
         return replace(expr, index=tuple(_index(i, sub) for i in expr.index))
     if isinstance(expr, Unary):
-        return replace(expr, operand=_expr(expr.operand, sub))
+        return replace(expr, operand=substitute_expr(expr.operand, sub))
     if isinstance(expr, Binary):
-        return replace(expr, left=_expr(expr.left, sub), right=_expr(expr.right, sub))
+        return replace(expr, left=substitute_expr(expr.left, sub), right=substitute_expr(expr.right, sub))
     if isinstance(expr, Call):
-        return replace(expr, args=tuple(_expr(a, sub) for a in expr.args))
+        return replace(expr, args=tuple(substitute_expr(a, sub) for a in expr.args))
     return expr
 
 
@@ -46,11 +47,11 @@ def _index(index: Expr, sub: Substitution) -> Expr:
         replacement = sub(depth)
         renumber_only &= _is_ref(replacement) is not None
         new = new + replacement.scale(coef)
-    return _expr(index, sub) if renumber_only else new.to_expr()
+    return substitute_expr(index, sub) if renumber_only else new.to_expr()
 
 
 def substitute_op(op: Op, sub: Substitution) -> Op:
-    return replace(op, target=_expr(op.target, sub), value=_expr(op.value, sub))
+    return replace(op, target=substitute_expr(op.target, sub), value=substitute_expr(op.value, sub))
 
 
 def substitute(nodes: tuple[Node, ...], sub: Substitution) -> tuple[Node, ...]:
