@@ -41,6 +41,7 @@ lint: install
 
 bench: install
 	$(BIN)/python bench/parse_speed.py
+	$(BIN)/python bench/interpreter_speed.py
 	$(BIN)/python bench/moves_speed.py
 	$(BIN)/python bench/fuzz_moves.py
 	$(BIN)/python bench/evaluations.py

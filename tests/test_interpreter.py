@@ -4,7 +4,6 @@ with numpy, and by a naive scalar interpreter written here from FORMAT.md."""
 from __future__ import annotations
 
 import functools
-import time
 
 import numpy as np
 import pytest
@@ -603,19 +602,16 @@ def test_library_kernels_match_the_scalar_oracle(name: str) -> None:
 # -- speed: printed, not asserted -------------------------------------------------------------
 
 
-def test_timing_sanity(capsys: pytest.CaptureFixture[str]) -> None:
-    cases = {
-        "1,000,000-iteration elementwise": "kernel k(x) -> y\nx f32 [1000, 1000] heap\ny f32 [1000, 1000] heap\n"
-        "1000 1000 y[{0},{1}] = exp(x[{0},{1}]) * 2 + {1}\n",
-        "512x512 matmul (k=512)": "kernel k(a, b) -> c\na f32 [512, 512] heap\nb f32 [512, 512] heap\n"
-        "c f32 [512, 512] heap\n512 512 c[{0},{1}] = 0\n512 512 512 c[{0},{1}] += a[{0},{2}] * b[{2},{1}]\n",
-    }
-    for label, text in cases.items():
-        program = parse(text)
-        inputs = random_inputs(program, 0)
-        start = time.perf_counter()
-        outputs = interpret(program, inputs)
-        elapsed = time.perf_counter() - start
-        assert all(np.isfinite(v).all() for v in outputs.values())
-        with capsys.disabled():
-            print(f"\n{label}: {elapsed:.2f} s")
+def test_a_million_iterations_and_a_matmul_give_numpys_numbers() -> None:
+    """The sizes bench/interpreter_speed.py times: the vectorised paths must
+    still be exact there."""
+    elementwise = parse("kernel k(x) -> y\nx f32 [1000, 1000] heap\ny f32 [1000, 1000] heap\n"
+                        "1000 1000 y[{0},{1}] = exp(x[{0},{1}]) * 2 + {1}\n")
+    inputs = random_inputs(elementwise, 0)
+    expected = np.exp(inputs["x"]) * np.float32(2) + np.arange(1000, dtype=np.float32)
+    np.testing.assert_allclose(interpret(elementwise, inputs)["y"], expected, rtol=1e-6)
+    matmul = parse("kernel k(a, b) -> c\na f32 [128, 96] heap\nb f32 [96, 64] heap\nc f32 [128, 64] heap\n"
+                   "128 64 c[{0},{1}] = 0\n128 64 96 c[{0},{1}] += a[{0},{2}] * b[{2},{1}]\n")
+    inputs = random_inputs(matmul, 1)
+    reference = inputs["a"].astype(np.float64) @ inputs["b"].astype(np.float64)
+    np.testing.assert_allclose(interpret(matmul, inputs)["c"], reference, rtol=1e-4, atol=1e-4)

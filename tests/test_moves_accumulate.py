@@ -15,23 +15,10 @@ from dojo_ir import check, interpret, load, random_inputs, to_text
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import Analysis, apply, find, parse_move
 from dojo_ir.moves.base import Path
+from dojo_ir.moves.examples import FUSED_SOFTMAX
 from dojo_ir.tree import Program
 
-FUSED_SOFTMAX = """kernel softmax(x) -> y
-
-x f32 [4, 8] heap
-y f32 [4, 8] heap
-m f32 [4] heap
-e f32 [4, 8] heap
-s f32 [4] heap
-
-4 m[{0}] = -inf
-| 8 m[{0}] max= x[{0},{1}]
-| 8 e[{0},{1}] = exp(x[{0},{1}] - m[{0}])
-| s[{0}] = 0
-| 8 s[{0}] += e[{0},{1}]
-| 8 y[{0},{1}] = e[{0},{1}] / s[{0}]
-"""
+FUSED_SOFTMAX = FUSED_SOFTMAX
 
 OWN = ("swap_ops", "fission", "accumulate", "inline_accumulator")
 

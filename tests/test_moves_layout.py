@@ -13,19 +13,12 @@ from test_moves import same_outputs
 from dojo_ir import check, load, to_text
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import apply, find
+from dojo_ir.moves.examples import FUSED_PAIR
 from dojo_ir.tree import Program
 
 LAYOUT = ("reuse_dims", "unreuse_dims", "swap_dims", "pad_dim", "unpad_dim", "set_location")
 
-FIGURE_6_FUSED = """kernel k(x) -> y
-
-x f32 [4] heap
-y f32 [4] heap
-t f32 [4] heap
-
-4 t[{0}] = exp(x[{0}])
-| y[{0}] = t[{0}] + 1
-"""
+FIGURE_6_FUSED = FUSED_PAIR
 
 
 @cache

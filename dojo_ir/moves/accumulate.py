@@ -44,6 +44,7 @@ from math import prod
 from ..dependence import touches
 from ..tree import KEYWORDS, Access, Buffer, Dim, Op, Program, Ref, Scope, walk_expr
 from .base import Analysis, Move, Path, Site, node_at, splice, with_body
+from .examples import FUSED_SOFTMAX
 
 NAME = "accumulate"
 TITLE = "Accumulate in a register"
@@ -147,21 +148,7 @@ def rewrite(a: Analysis, move: Move) -> Program:
 EXAMPLES = [
     (
         # The row maximum of a fused softmax row.
-        """kernel softmax(x) -> y
-
-x f32 [4, 8] heap
-y f32 [4, 8] heap
-m f32 [4] heap
-e f32 [4, 8] heap
-s f32 [4] heap
-
-4 m[{0}] = -inf
-| 8 m[{0}] max= x[{0},{1}]
-| 8 e[{0},{1}] = exp(x[{0},{1}] - m[{0}])
-| s[{0}] = 0
-| 8 s[{0}] += e[{0},{1}]
-| 8 y[{0},{1}] = e[{0},{1}] / s[{0}]
-""",
+        FUSED_SOFTMAX,
         "accumulate(op=m#2, depth=1)",
         """kernel softmax(x) -> y
 

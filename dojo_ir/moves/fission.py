@@ -31,6 +31,7 @@ from ..affine import affine
 from ..dependence import Touch
 from ..tree import Program, Scope
 from .base import Analysis, Move, Path, iter_paths, splice, with_body
+from .examples import FUSED_SOFTMAX
 
 NAME = "fission"
 TITLE = "Split the scope before this statement"
@@ -103,21 +104,7 @@ EXAMPLES = [
     (
         # A fused softmax row split where the sum begins: the second part
         # reads `e` only in the row that wrote it.
-        """kernel softmax(x) -> y
-
-x f32 [4, 8] heap
-y f32 [4, 8] heap
-m f32 [4] heap
-e f32 [4, 8] heap
-s f32 [4] heap
-
-4 m[{0}] = -inf
-| 8 m[{0}] max= x[{0},{1}]
-| 8 e[{0},{1}] = exp(x[{0},{1}] - m[{0}])
-| s[{0}] = 0
-| 8 s[{0}] += e[{0},{1}]
-| 8 y[{0},{1}] = e[{0},{1}] / s[{0}]
-""",
+        FUSED_SOFTMAX,
         "fission(op=s#1, depth=0)",
         """kernel softmax(x) -> y
 

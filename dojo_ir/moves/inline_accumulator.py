@@ -31,6 +31,7 @@ from ..dependence import touches
 from ..tree import Access, Op, Program, Scope
 from .accumulate import is_accumulator
 from .base import Analysis, Move, Path, Site, node_at, splice, with_body
+from .examples import FUSED_SOFTMAX
 
 NAME = "inline_accumulator"
 TITLE = "Reduce into the target directly"
@@ -146,21 +147,7 @@ m_acc f32 [4:1] stack
 | 8 y[{0},{1}] = e[{0},{1}] / s[{0}]
 """,
         "inline_accumulator(op=m_acc#1)",
-        """kernel softmax(x) -> y
-
-x f32 [4, 8] heap
-y f32 [4, 8] heap
-m f32 [4] heap
-e f32 [4, 8] heap
-s f32 [4] heap
-
-4 m[{0}] = -inf
-| 8 m[{0}] max= x[{0},{1}]
-| 8 e[{0},{1}] = exp(x[{0},{1}] - m[{0}])
-| s[{0}] = 0
-| 8 s[{0}] += e[{0},{1}]
-| 8 y[{0},{1}] = e[{0},{1}] / s[{0}]
-""",
+        FUSED_SOFTMAX,
     ),
     (
         # A scalar accumulator updated by two reductions of one operator.

@@ -21,6 +21,7 @@ from dataclasses import replace
 
 from ..tree import Program, Scope
 from .base import Analysis, Move, Path, iter_paths, node_at, splice, with_body
+from .examples import FUSED_PAIR
 
 NAME = "join_scopes"
 TITLE = "Fuse with the next scope"
@@ -78,15 +79,7 @@ t f32 [4] heap
 4 y[{0}] = t[{0}] + 1
 """,
         "join_scopes(op=t, depth=0)",
-        """kernel k(x) -> y
-
-x f32 [4] heap
-y f32 [4] heap
-t f32 [4] heap
-
-4 t[{0}] = exp(x[{0}])
-| y[{0}] = t[{0}] + 1
-""",
+        FUSED_PAIR,
     ),
 ]
 

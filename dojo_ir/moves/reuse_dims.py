@@ -38,6 +38,7 @@ from ..solve import Constraint, feasible
 from ..tree import Buffer, Dim, Program
 from .base import Analysis, Move
 from .buffers import bad_dim, buffer_accesses, buffer_move, interface, named_buffer, temporaries, with_dim
+from .examples import FUSED_PAIR
 from .mapping import OWN_MEMORY
 
 NAME = "reuse_dims"
@@ -130,15 +131,7 @@ def rewrite(a: Analysis, move: Move) -> Program:
 EXAMPLES = [
     (
         # Figure 6, top: after join_scopes each t[i] is written and read in iteration i.
-        """kernel k(x) -> y
-
-x f32 [4] heap
-y f32 [4] heap
-t f32 [4] heap
-
-4 t[{0}] = exp(x[{0}])
-| y[{0}] = t[{0}] + 1
-""",
+        FUSED_PAIR,
         "reuse_dims(buffer=t, dim=0)",
         """kernel k(x) -> y
 

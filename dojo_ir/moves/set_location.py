@@ -35,6 +35,7 @@ from math import prod
 from ..tree import DTYPE_BYTES, LOCATIONS, Buffer, Program, Scope
 from .base import Analysis, Move, Path, Site, iter_paths
 from .buffers import buffer_accesses, buffer_move, interface, named_buffer, temporaries, with_buffer
+from .examples import FUSED_PAIR
 from .mapping import GPU_KINDS, OWN_MEMORY
 
 NAME = "set_location"
@@ -112,15 +113,7 @@ def rewrite(a: Analysis, move: Move) -> Program:
 
 EXAMPLES = [
     (
-        """kernel k(x) -> y
-
-x f32 [4] heap
-y f32 [4] heap
-t f32 [4] heap
-
-4 t[{0}] = exp(x[{0}])
-| y[{0}] = t[{0}] + 1
-""",
+        FUSED_PAIR,
         "set_location(buffer=t, location=stack)",
         """kernel k(x) -> y
 
@@ -194,15 +187,7 @@ t f32 [200, 100] heap
     ),
     (
         # Shared memory exists only inside a GPU block.
-        """kernel k(x) -> y
-
-x f32 [4] heap
-y f32 [4] heap
-t f32 [4] heap
-
-4 t[{0}] = exp(x[{0}])
-| y[{0}] = t[{0}] + 1
-""",
+        FUSED_PAIR,
         "set_location(buffer=t, location=shared)",
     ),
     (

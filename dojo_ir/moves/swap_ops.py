@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 from ..tree import Node, Program
 from .base import Analysis, Move, Path, iter_paths, node_at, splice, with_body
+from .examples import FUSED_SOFTMAX
 
 NAME = "swap_ops"
 TITLE = "Swap with the next statement"
@@ -65,21 +66,7 @@ EXAMPLES = [
     (
         # A fused softmax row: the sum's initialisation moves before the
         # exponentials, which neither read nor write `s`.
-        """kernel softmax(x) -> y
-
-x f32 [4, 8] heap
-y f32 [4, 8] heap
-m f32 [4] heap
-e f32 [4, 8] heap
-s f32 [4] heap
-
-4 m[{0}] = -inf
-| 8 m[{0}] max= x[{0},{1}]
-| 8 e[{0},{1}] = exp(x[{0},{1}] - m[{0}])
-| s[{0}] = 0
-| 8 s[{0}] += e[{0},{1}]
-| 8 y[{0},{1}] = e[{0},{1}] / s[{0}]
-""",
+        FUSED_SOFTMAX,
         "swap_ops(op=e, depth=1)",
         """kernel softmax(x) -> y
 

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from ..tree import Dim, Program
 from .base import Analysis, Move
 from .buffers import bad_dim, buffer_move, interface, named_buffer, temporaries, with_dim
+from .examples import FUSED_PAIR
 from .reuse_dims import one_iteration
 
 NAME = "unreuse_dims"
@@ -74,15 +75,7 @@ t f32 [4:1] heap
 | y[{0}] = t[{0}] + 1
 """,
         "unreuse_dims(buffer=t, dim=0)",
-        """kernel k(x) -> y
-
-x f32 [4] heap
-y f32 [4] heap
-t f32 [4] heap
-
-4 t[{0}] = exp(x[{0}])
-| y[{0}] = t[{0}] + 1
-""",
+        FUSED_PAIR,
     ),
     (
         # Two stored rows (`3:2`) or all three: each row is used within its own iteration.
@@ -125,15 +118,7 @@ t f32 [4:1] heap
     ),
     (
         # Dimension 0 of t is stored whole already.
-        """kernel k(x) -> y
-
-x f32 [4] heap
-y f32 [4] heap
-t f32 [4] heap
-
-4 t[{0}] = exp(x[{0}])
-| y[{0}] = t[{0}] + 1
-""",
+        FUSED_PAIR,
         "unreuse_dims(buffer=t, dim=0)",
     ),
 ]
