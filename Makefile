@@ -5,20 +5,24 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system demo test lint bench clean
+.PHONY: install system editors demo test lint bench clean
 
 # Debian packages the tests need: cross compilers and qemu-user prove the Arm
-# and RISC-V code, hipcc compiles the HIP code. Installed only when missing.
-APT_PACKAGES := gcc-aarch64-linux-gnu gcc-riscv64-linux-gnu qemu-user hipcc
-APT_TOOLS := aarch64-linux-gnu-gcc riscv64-linux-gnu-gcc qemu-aarch64 qemu-riscv64 hipcc
+# and RISC-V code, hipcc compiles the HIP code, Neovim runs the editor test,
+# Node.js builds the VS Code extension. Installed only when missing.
+APT_PACKAGES := gcc-aarch64-linux-gnu gcc-riscv64-linux-gnu qemu-user hipcc neovim nodejs npm
+APT_TOOLS := aarch64-linux-gnu-gcc riscv64-linux-gnu-gcc qemu-aarch64 qemu-riscv64 hipcc nvim node npm
 
 install: system $(STAMP)
 
 system:
 	@missing=""; for tool in $(APT_TOOLS); do command -v $$tool >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages: $(APT_PACKAGES)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	  packages=""; for package in $(APT_PACKAGES); do \
+	    case $$package in nodejs|npm) command -v node >/dev/null && command -v npm >/dev/null && continue;; esac; \
+	    packages="$$packages $$package"; done; \
+	  echo "installing Debian packages:$$packages"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$packages >/dev/null; \
 	fi
 
 # Reinstalls only when the project's metadata changes; the package itself is
@@ -29,10 +33,15 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
+# The VS Code extension: type-checked, bundled, grammar-tested, packaged as
+# editors/vscode/dist/perfdojo.vsix.
+editors: system
+	cd editors/vscode && npm ci --no-audit --no-fund --loglevel=error && npm run --silent ci
+
 demo: install
 	$(BIN)/python -m server.demo
 
-test: install
+test: install editors
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest
 
@@ -46,6 +55,8 @@ bench: install
 	$(BIN)/python bench/fuzz_moves.py
 	$(BIN)/python bench/evaluations.py
 	$(BIN)/python bench/runner_noise.py
+	$(BIN)/python bench/quickfix_walk.py
+	$(BIN)/python bench/lsp_speed.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis editors/vscode/node_modules editors/vscode/dist

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from dojo_ir.moves.base import node_at
 from dojo_ir.tree import Buffer, Node, Op, Program, walk_op_paths
 
 from .cexpr import Env, Printer, buffer_var, c_type, helper_source, loop_var, statement, storage_size, used_helpers
@@ -136,6 +137,13 @@ def kernel_function(program: Program) -> str:
               for b in parameters(program)]
     body = indented(_Emitter(program).block(program.body, (), {}))
     return "\n".join([f"static void kernel({', '.join(params)})", "{", *body, "}"])
+
+
+def node_code(program: Program, path: Path) -> str:
+    """The C of the node at `path` as it stands in the kernel function, with
+    the loop variables of the scopes around it free (`:u` ones included)."""
+    env = {depth: loop_var(depth) for depth in range(len(path) - 1)}
+    return "\n".join(_Emitter(program).node(node_at(program.body, path), path, env))
 
 
 def generate_c(program: Program) -> str:

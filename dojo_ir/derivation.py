@@ -129,3 +129,18 @@ def _culprit(states: list[Program], line: int) -> str:
         if before != after:
             return f"the last move to change that line is move {k}"
     return "no move changed that line: the file differs from the spec there"
+
+
+def advance(program: Program, moves: list[str]) -> Program:
+    """`program` after `moves`, in order, with them recorded in its derivation
+    when it has one (a file without one is a spec: it changes, and no record
+    could name what it was). Raises DojoError naming the first move that does
+    not apply."""
+    moved = program
+    for k, text in enumerate(moves, start=1):
+        analysis = Analysis(moved)
+        reason = why_not(moved, text, analysis)
+        if reason is not None:
+            raise DojoError.at(program.span or _NOWHERE, f"move {k} `{text}` does not apply: {reason}", "move")
+        moved = apply(moved, text, analysis)
+    return record(moved, moves) if program.derivation is not None and moves else moved

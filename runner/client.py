@@ -11,6 +11,7 @@ unreachable service) raises `RunnerError`; a kernel that crashed or timed out co
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,17 @@ def read_token(path: str | Path) -> str:
     token = Path(path).expanduser().read_text(encoding="utf-8").strip()
     if not token:
         raise ValueError(f"{path}: the token file is empty")
+    return token
+
+
+def token_for(url: str, token_file: str | None) -> str:
+    """The token for the service at `url`: from `token_file`, else from DOJO_RUNNER_TOKEN."""
+    try:
+        token = read_token(token_file) if token_file else os.environ.get("DOJO_RUNNER_TOKEN", "").strip()
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise RunnerError(f"cannot read the token for {url}: {error}") from None
+    if not token:
+        raise RunnerError(f"the runner at {url} needs a token: a token file or DOJO_RUNNER_TOKEN")
     return token
 
 

@@ -328,6 +328,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_machine(args: argparse.Namespace) -> int:
+    # imported here so that the commands that do not measure start without the build machinery
+    from runner.roofline import MachineError, machine_record
+
+    try:
+        record = machine_record(refresh=args.refresh)
+    except MachineError as error:
+        raise CommandError(f"dojo machine: error: {error}") from None
+    if args.json:
+        print(json.dumps(record, indent=1))
+        return 0
+    detail = record["detail"]
+    print(f"bandwidth {record['bandwidth_Bps'] / 1e9:.1f} GB/s (read {detail['read_Bps'] / 1e9:.1f}, "
+          f"triad {detail['triad_Bps'] / 1e9:.1f}), peak {record['peak_flops'] / 1e9:.0f} GFLOP/s f32 FMA, "
+          f"{record['cores']} core{'s' * (record['cores'] != 1)}, {record['cpu']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dojo", description="PerfDojo: optimise ML kernels one legal move at a time.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -401,6 +419,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--runner", metavar="URL", help="a runner service (default: $DOJO_RUNNER_URL, else this machine)")
     run.add_argument("--token-file", metavar="F", help="the service's token (default: $DOJO_RUNNER_TOKEN)")
     run.set_defaults(run=cmd_run)
+
+    machine = commands.add_parser("machine", help="this machine's memory bandwidth and peak FLOP/s (the roofline)")
+    machine.add_argument("--refresh", action="store_true", help="measure again instead of reading the cache")
+    machine.add_argument("--json", action="store_true", help="the limits and how they were measured, as JSON")
+    machine.set_defaults(run=cmd_machine)
     return parser
 
 

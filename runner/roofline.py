@@ -1,0 +1,472 @@
+"""The roofline: how fast a kernel could possibly run on this machine.
+
+    w = work(program)                 # bytes it must move, flops it must do
+    machine = machine_limits()        # measured once, then read from the cache
+    bound_s(w, machine)               # no schedule of this program runs faster (roughly)
+
+`work` is a pure function of the IR. Bytes are compulsory traffic only: every
+kernel input read once and every kernel output written once, per buffer, at
+its stored size. Temporaries count zero: the bound assumes they stay in cache
+(or in registers), which is what fusion and storage reuse aim for, so the
+bound stays a bound for every schedule the moves can reach, even where the
+spec itself materialises a large temporary. Flops are the arithmetic of the
+operations' values (each `+ - * /`, unary minus and function call counts 1;
+a reduction's combine counts 1) times the iterations of the scopes around
+them. Index arithmetic is address computation, not work, and a subexpression
+of literals only (`-inf`) is folded by the compiler, so neither counts.
+
+`machine_limits` measures the machine's own limits with a small C program
+compiled by the system gcc (`-O3 -march=native -fopenmp`, built and cached by
+`codegen.build`) and run on every core: a STREAM-like memory test (triad and
+read) and a peak f32 FMA test, each the best of several runs. Vendor figures are
+not used because a virtual machine's share of the memory system is what a
+kernel gets. The result is cached as JSON in the build cache directory, keyed
+by the CPU model and core count, so it costs about a second once and a file
+read after.
+
+The peak is f32 FMA throughput (2 flops per lane per FMA), the best case:
+f64 halves it and code without FMAs (a lone add, `exp`) reaches a fraction of
+it, so `bound_s` is optimistic for such kernels, as a roofline should be.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import math
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+from typing import Any
+
+from codegen.build import BuildError, build, default_cache_dir
+from codegen.targets import Target, native_vector_bytes
+from dojo_ir import Program
+from dojo_ir.tree import DTYPE_BYTES, Access, Binary, Call, Expr, Name, Num, Ref, Unary, walk_ops
+
+__all__ = ["Machine", "MachineError", "Work", "bound_s", "machine_cache_path", "machine_limits", "machine_record",
+           "work"]
+
+# Bump when the measurement changes, so that caches of the old one are not trusted.
+_VERSION = 1
+_MIB = 1 << 20
+# Each of the three arrays is at least this big and at least the last-level
+# cache, so that no pass over them is served from cache.
+_MIN_ARRAY_BYTES = 64 * _MIB
+# ... but at most this, so that a server's huge cache does not make the first
+# touch of the arrays (page faults, slow on a virtual machine) cost seconds.
+_MAX_ARRAY_BYTES = 256 * _MIB
+_BANDWIDTH_REPEATS = 8
+# Many short FMA runs rather than a few long ones: on a shared machine the best
+# of many short runs is the likeliest to have had every core to itself.
+_FMA_REPEATS = 20
+_FMA_ITERATIONS = 2_000_000  # per thread and run: about 5-10 ms at 150-350 GFLOP/s
+_RUN_TIMEOUT_S = 120
+
+
+# -- the work of a program ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a program must do at least: `bytes` of compulsory memory traffic and `flops` arithmetic operations."""
+
+    bytes: int
+    flops: int
+
+
+def _constant(expr: Expr) -> bool:
+    """Whether `expr` is made of literals only (`-inf`, `2 * 0.5`): the compiler folds it."""
+    if isinstance(expr, Num):
+        return True
+    if isinstance(expr, Unary):
+        return _constant(expr.operand)
+    if isinstance(expr, Binary):
+        return _constant(expr.left) and _constant(expr.right)
+    if isinstance(expr, Call):
+        return all(_constant(a) for a in expr.args)
+    return False
+
+
+def _flops(expr: Expr) -> int:
+    """Arithmetic operations in one evaluation of `expr`. An access's indices
+    are addresses, computed by integer units and often hoisted, so they do not count."""
+    if isinstance(expr, (Num, Ref, Access, Name)) or _constant(expr):
+        return 0
+    if isinstance(expr, Unary):
+        return 1 + _flops(expr.operand)
+    if isinstance(expr, Binary):
+        return 1 + _flops(expr.left) + _flops(expr.right)
+    if isinstance(expr, Call):
+        return 1 + sum(_flops(a) for a in expr.args)
+    raise TypeError(f"not an expression: {expr!r}")
+
+
+def work(program: Program) -> Work:
+    """The bytes `program` must move and the flops it must do, from its IR alone.
+
+    Bytes: each buffer that holds an input is read once and each that holds an
+    output written once (a buffer that is both counts twice), at its stored
+    size; temporaries count zero, on the assumption that they stay in cache.
+    Flops: per operation, the arithmetic in its value plus 1 for a reduction's
+    combine, times the product of the sizes of the scopes around it."""
+    buffer_of = program.buffer_of
+    read = {buffer_of[a].name: buffer_of[a] for a in program.inputs}
+    written = {buffer_of[a].name: buffer_of[a] for a in program.outputs}
+    moved = sum(prod(b.storage_shape) * DTYPE_BYTES[b.dtype] for b in (*read.values(), *written.values()))
+    flops = sum((_flops(op.value) + (op.reduction is not None)) * prod(scope.size for scope in chain)
+                for op, chain in walk_ops(program.body))
+    return Work(bytes=moved, flops=flops)
+
+
+# -- the machine -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A machine's limits: memory bandwidth in bytes/s, peak f32 FMA rate in flop/s (all cores), its core count and
+    CPU model."""
+
+    bandwidth_Bps: float
+    peak_flops: float
+    cores: int
+    cpu: str
+
+
+class MachineError(Exception):
+    """The limits could not be measured: no compiler, a failed run or nonsense numbers."""
+
+
+def bound_s(work: Work, machine: Machine) -> float:
+    """The roofline bound in seconds: the slower of moving the bytes at full bandwidth and doing the flops at peak."""
+    return max(work.bytes / machine.bandwidth_Bps, work.flops / machine.peak_flops)
+
+
+# The measurement. Arrays are 2 MiB aligned and advised as huge pages: page
+# faults on a virtual machine cost more than the test itself otherwise, and
+# fewer TLB misses mean the timed loops see memory, not the page walker. Every
+# loop uses the same static schedule as the first touch, so each thread works
+# on the pages it faulted in. The triad writes `a` with non-temporal stores
+# where AVX is available, so the line is not first read (write-allocate) and
+# the bytes it must move are exactly: read b, read c, write a. Without them it
+# counts the write-allocate read of `a` too (4 arrays' worth), since the memory
+# system really moves it. The read test sums b and c with four independent
+# vector accumulators so that add latency does not limit it.
+_SOURCE = r"""
+#define _GNU_SOURCE
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+#define LANES (VBYTES / 4)
+#define CHAINS 12
+typedef float vf __attribute__((vector_size(VBYTES)));
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static float *alloc(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 2 << 20, n * sizeof(float)) != 0) { fprintf(stderr, "out of memory\n"); exit(1); }
+#ifdef MADV_HUGEPAGE
+    madvise(p, n * sizeof(float), MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 5) { fprintf(stderr, "usage: %s FLOATS BW_REPEATS FMA_REPEATS FMA_ITERATIONS\n", argv[0]); return 2; }
+    size_t n = strtoull(argv[1], NULL, 10) / 64 * 64;
+    int repeats = atoi(argv[2]), fma_repeats = atoi(argv[3]);
+    long iterations = atol(argv[4]);
+    if (n == 0 || repeats < 1 || fma_repeats < 1 || iterations < 1) { fprintf(stderr, "bad arguments\n"); return 2; }
+
+    double t_init = now();
+    float *a = alloc(n), *b = alloc(n), *c = alloc(n);
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) { a[i] = 0.0f; b[i] = 1.0f + (float)(i & 7); c[i] = 2.0f; }
+    t_init = now() - t_init;
+
+    /* from argc, so that the compiler cannot precompute anything */
+    float s = (float)argc * 0.125f;
+    double triad = 1e30, read = 1e30, checksum = 0;
+    for (int r = 0; r < repeats; r++) {
+        double t0 = now();
+#if defined(__AVX512F__) && VBYTES == 64
+        #pragma omp parallel
+        {
+            __m512 vs = _mm512_set1_ps(s);
+            #pragma omp for schedule(static) nowait
+            for (size_t i = 0; i < n; i += 16)
+                _mm512_stream_ps(a + i, _mm512_add_ps(_mm512_load_ps(b + i), _mm512_mul_ps(vs, _mm512_load_ps(c + i))));
+            _mm_sfence();  /* streaming stores are weakly ordered: drain them before the barrier */
+        }
+#elif defined(__AVX__)
+        #pragma omp parallel
+        {
+            __m256 vs = _mm256_set1_ps(s);
+            #pragma omp for schedule(static) nowait
+            for (size_t i = 0; i < n; i += 8)
+                _mm256_stream_ps(a + i, _mm256_add_ps(_mm256_load_ps(b + i), _mm256_mul_ps(vs, _mm256_load_ps(c + i))));
+            _mm_sfence();
+        }
+#else
+        #pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) a[i] = b[i] + s * c[i];
+#endif
+        double t1 = now();
+        if (t1 - t0 < triad) triad = t1 - t0;
+        checksum += a[(n / 2 + r) % n];
+
+        float total = 0;
+        t0 = now();
+        #pragma omp parallel reduction(+:total)
+        {
+            vf sum[4] = {0};
+            #pragma omp for schedule(static) nowait
+            for (size_t i = 0; i < n; i += 2 * LANES) {
+                vf x0, x1, y0, y1;
+                memcpy(&x0, b + i, VBYTES); memcpy(&x1, b + i + LANES, VBYTES);
+                memcpy(&y0, c + i, VBYTES); memcpy(&y1, c + i + LANES, VBYTES);
+                sum[0] += x0; sum[1] += x1; sum[2] += y0; sum[3] += y1;
+            }
+            vf all = sum[0] + sum[1] + sum[2] + sum[3];
+            for (int l = 0; l < LANES; l++) total += all[l];
+        }
+        t1 = now();
+        if (t1 - t0 < read) read = t1 - t0;
+        checksum += total;
+    }
+
+    /* CHAINS independent FMA chains per thread: more than latency x FMA ports,
+       so the units never wait; the result is printed so nothing is dead code. */
+    double fma = 1e30;
+    for (int r = 0; r < fma_repeats; r++) {
+        float total = 0;
+        double t0 = now();
+        #pragma omp parallel reduction(+:total)
+        {
+            vf acc[CHAINS], m, add;
+            for (int l = 0; l < LANES; l++) { m[l] = 1.0f - 1e-7f * (float)argc; add[l] = 1e-6f; }
+            for (int j = 0; j < CHAINS; j++)
+                for (int l = 0; l < LANES; l++) acc[j][l] = (float)(j + l + omp_get_thread_num());
+            for (long it = 0; it < iterations; it++) {
+                #pragma GCC unroll 16
+                for (int j = 0; j < CHAINS; j++) acc[j] = acc[j] * m + add;
+            }
+            vf all = acc[0];
+            for (int j = 1; j < CHAINS; j++) all += acc[j];
+            for (int l = 0; l < LANES; l++) total += all[l];
+        }
+        double t1 = now();
+        if (t1 - t0 < fma) fma = t1 - t0;
+        checksum += total;
+    }
+
+#if defined(__AVX__)
+    int nontemporal = 1;
+#else
+    int nontemporal = 0;
+#endif
+    int threads = omp_get_max_threads();
+    double bytes = (double)n * sizeof(float);
+    double triad_bytes = (nontemporal ? 3.0 : 4.0) * bytes;
+    double flops = 2.0 * LANES * CHAINS * (double)iterations * threads;
+    printf("{\"threads\": %d, \"array_bytes\": %.0f, \"init_s\": %.6g, \"nontemporal\": %s, "
+           "\"triad_bytes\": %.0f, \"triad_s\": %.9g, \"triad_Bps\": %.9g, "
+           "\"read_bytes\": %.0f, \"read_s\": %.9g, \"read_Bps\": %.9g, "
+           "\"vector_bytes\": %d, \"chains\": %d, \"fma_flops\": %.0f, \"fma_s\": %.9g, \"peak_flops\": %.9g, "
+           "\"checksum\": %.9g}\n",
+           threads, bytes, t_init, nontemporal ? "true" : "false",
+           triad_bytes, triad, triad_bytes / triad, 2.0 * bytes, read, 2.0 * bytes / read,
+           VBYTES, CHAINS, flops, fma, flops / fma, checksum);
+    free(a); free(b); free(c);
+    return 0;
+}
+"""
+
+
+def _cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it (x86: `model name`; some Arm kernels: `Hardware`)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    for wanted in ("model name", "Hardware", "cpu model", "uarch"):
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == wanted and value.strip():
+                return value.strip()
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _cores() -> int:
+    # the count the C targets give OpenMP (codegen.targets), so the limits are those a kernel gets
+    return os.cpu_count() or 1
+
+
+def _last_level_cache_bytes() -> int:
+    """The largest cache of CPU 0 as sysfs reports it (0 when it does not)."""
+    largest = 0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+        digits = size.rstrip("KMG")
+        if digits.isdigit():
+            largest = max(largest, int(digits) * scale)
+    return largest
+
+
+def _array_floats() -> int:
+    """Floats per array: each at least the last-level cache (so the three are
+    three times it) and 64 MiB, but at most 256 MiB and a 48th of memory."""
+    wanted = min(max(_MIN_ARRAY_BYTES, _last_level_cache_bytes()), _MAX_ARRAY_BYTES)
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        wanted = min(wanted, max(_MIN_ARRAY_BYTES, memory // 16 // 3))
+    except (ValueError, OSError):
+        pass
+    return wanted // 4
+
+
+def machine_cache_path(cache_dir: Path | None = None) -> Path:
+    """Where the limits of this machine are cached: one file per CPU model and core count (and measurement
+    version)."""
+    directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    identity = json.dumps([_cpu_model(), _cores(), _VERSION])
+    return directory / f"machine-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.json"
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    """The cached record, or None when it is missing, unreadable or not one this version wrote."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    valid = (isinstance(record, dict) and record.get("version") == _VERSION
+             and record.get("cpu") == _cpu_model() and record.get("cores") == _cores()
+             and all(_positive(record.get(k)) for k in ("bandwidth_Bps", "peak_flops")))
+    return record if valid else None
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+@contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Hold the runner's benchmark lock (`bench.lock` in the cache directory, as runner.local takes it), so that
+    the measurement neither disturbs nor is disturbed by a timed kernel."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _measure(directory: Path) -> dict[str, Any]:
+    """Build and run the measurement; the record to cache."""
+    cores = _cores()
+    vector_bytes = native_vector_bytes()
+    # -ffp-contract=fast: `a * b + c` must become one FMA (the project's own targets forbid that, for exactness)
+    target = Target("roofline", "c", ("gcc",), ("-O3", "-march=native", "-fopenmp", "-ffp-contract=fast",
+                                                 "-std=gnu11"), vector_bytes, cores=cores)
+    source = f"#define VBYTES {vector_bytes}\n{_SOURCE}"
+    try:
+        binary = build(source, target, directory)
+    except BuildError as error:
+        raise MachineError(f"cannot build the machine measurement: {error}") from None
+    command = [str(binary.path), str(_array_floats()), str(_BANDWIDTH_REPEATS), str(_FMA_REPEATS),
+               str(_FMA_ITERATIONS)]
+    # every core, one thread bound to each, as the runner runs kernels
+    environment = os.environ | {"OMP_NUM_THREADS": str(cores), "OMP_PROC_BIND": "true", "OMP_PLACES": "cores"}
+    started = time.perf_counter()
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=_RUN_TIMEOUT_S, env=environment)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise MachineError(f"the machine measurement did not run: {error}") from None
+    if result.returncode != 0:
+        raise MachineError(f"the machine measurement failed (exit {result.returncode}): {result.stderr.strip()}")
+    try:
+        detail = json.loads(result.stdout)
+    except ValueError:
+        raise MachineError(f"the machine measurement printed no JSON: {result.stdout[:200]!r}") from None
+    for key in ("read_Bps", "triad_Bps", "peak_flops"):
+        if not _positive(detail.get(key)):
+            raise MachineError(f"the machine measurement gave {key} = {detail.get(key)!r}")
+    detail["run_s"] = round(time.perf_counter() - started, 3)
+    # other processes make every number low; the load says whether a --refresh on a quieter machine is worth it
+    detail["load_average"] = round(os.getloadavg()[0], 2)
+    detail["compile_s"] = round(binary.compile_s, 3)
+    return {
+        "version": _VERSION,
+        "cpu": _cpu_model(),
+        "cores": cores,
+        "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        # the larger effective bandwidth of the two: each test is limited differently (the read test by the
+        # loads one core keeps in flight, the triad by writes too), and the roof is what some code reaches
+        "bandwidth_Bps": max(detail["read_Bps"], detail["triad_Bps"]),
+        "peak_flops": detail["peak_flops"],
+        "detail": detail,
+    }
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def machine_record(refresh: bool = False, cache_dir: Path | None = None) -> dict[str, Any]:
+    """This machine's limits with how they were measured: `cpu`, `cores`, `bandwidth_Bps`, `peak_flops`,
+    `measured` (a timestamp) and `detail` (read and triad bandwidth, their times and bytes, whether the triad
+    used streaming stores, the FMA test's vector width and chains). Read from the cache unless `refresh` or
+    there is none; else measured (about a second) and cached. Raises MachineError when it cannot measure."""
+    path = machine_cache_path(cache_dir)
+    if not refresh and (record := _read_record(path)) is not None:
+        return record
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(path.parent / "bench.lock"):
+        # another process may have measured while this one waited for the lock
+        if not refresh and (record := _read_record(path)) is not None:
+            return record
+        record = _measure(path.parent)
+        _write_atomically(path, json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def machine_limits(refresh: bool = False, cache_dir: Path | None = None) -> Machine:
+    """This machine's limits, measured once and cached in `cache_dir` (default: the build cache directory)."""
+    record = machine_record(refresh, cache_dir)
+    return Machine(bandwidth_Bps=float(record["bandwidth_Bps"]), peak_flops=float(record["peak_flops"]),
+                   cores=int(record["cores"]), cpu=str(record["cpu"]))

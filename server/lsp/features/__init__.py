@@ -1,0 +1,5 @@
+"""The server's features, one module each, each with `register(server)`."""
+
+from . import code_actions, commands, configuration, diagnostics, formatting, hover, inlay_hints, symbols
+
+FEATURES = (configuration, diagnostics, code_actions, hover, inlay_hints, symbols, formatting, commands)

@@ -1,0 +1,91 @@
+"""Code actions: every legal move whose node covers the cursor's lines.
+
+Listing is cheap (the snapshot's moves, computed once per version); the edit
+is computed only when the client resolves the action, and refused with
+ContentModified if the document moved on since the list was made, so an edit
+is never applied to a text it was not computed for. Clients that cannot
+resolve get the edits in the list.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcContentModified, JsonRpcInvalidParams
+
+from dojo_ir import DojoError
+from dojo_ir.derivation import advance
+from dojo_ir.moves import KINDS, Move
+from dojo_ir.printer import to_text
+
+from ..documents import Snapshot
+from ..edits import line_edits
+from ..server import DojoServer
+
+KIND = lsp.CodeActionKind.QuickFix
+
+
+def register(server: DojoServer) -> None:
+    @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION,
+                    lsp.CodeActionOptions(code_action_kinds=[KIND], resolve_provider=True))
+    def code_actions(ls: DojoServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
+        if params.context.only and not any(KIND.value.startswith(k.value) for k in params.context.only):
+            return []
+        snapshot = ls.snapshot(params.text_document.uri)
+        start, end = params.range.start, params.range.end
+        last = end.line if end.character > 0 or end.line == start.line else end.line - 1
+        lazy = _resolves_edits(ls)
+        return [action(ls, snapshot, move, lazy) for move in snapshot.moves_at(start.line + 1, last + 1)]
+
+    @server.feature(lsp.CODE_ACTION_RESOLVE)
+    def resolve(ls: DojoServer, code_action: lsp.CodeAction) -> lsp.CodeAction:
+        data = code_action.data if isinstance(code_action.data, dict) else {}
+        if not {"uri", "version", "move"} <= data.keys():
+            raise JsonRpcInvalidParams("this code action was not made by dojo-lsp")
+        snapshot = ls.snapshot(data["uri"])
+        if snapshot.version != data["version"]:
+            raise JsonRpcContentModified(f"the document changed (version {data['version']} -> {snapshot.version}) "
+                                         "since this action was listed; ask for the actions again")
+        code_action.edit = moves_edit(ls, snapshot, [data["move"]])
+        return code_action
+
+
+def title(move: Move) -> str:
+    return f"{KINDS[move.name].TITLE} — {move}"
+
+
+def action(ls: DojoServer, snapshot: Snapshot, move: Move, lazy: bool) -> lsp.CodeAction:
+    data: dict[str, Any] = {"uri": snapshot.uri, "version": snapshot.version, "move": str(move)}
+    return lsp.CodeAction(title=title(move), kind=KIND, data=data,
+                          edit=None if lazy else moves_edit(ls, snapshot, [str(move)]))
+
+
+def moves_edit(ls: DojoServer, snapshot: Snapshot, moves: list[str]) -> lsp.WorkspaceEdit:
+    """The edit that plays `moves` on the snapshot's program and records them
+    in its derivation; raises ContentModified if they do not apply to it."""
+    if snapshot.program is None:
+        raise JsonRpcContentModified("the document has errors now; fix them to play moves")
+    try:
+        moved = advance(snapshot.program, moves)
+    except DojoError as error:
+        raise JsonRpcContentModified(error.diagnostics[0].message) from None
+    return document_edit(ls, snapshot, to_text(moved))
+
+
+def document_edit(ls: DojoServer, snapshot: Snapshot, new_text: str) -> lsp.WorkspaceEdit:
+    """A workspace edit of the snapshot's document into `new_text`: versioned,
+    so the client refuses it for any other version, where the client can."""
+    edits = line_edits(snapshot.text, new_text)
+    workspace = ls.client_capabilities.workspace
+    if workspace and workspace.workspace_edit and workspace.workspace_edit.document_changes:
+        document = lsp.OptionalVersionedTextDocumentIdentifier(uri=snapshot.uri, version=snapshot.version)
+        return lsp.WorkspaceEdit(document_changes=[lsp.TextDocumentEdit(text_document=document, edits=edits)])
+    return lsp.WorkspaceEdit(changes={snapshot.uri: edits})
+
+
+def _resolves_edits(ls: DojoServer) -> bool:
+    document = ls.client_capabilities.text_document
+    action = document.code_action if document else None
+    support = action.resolve_support if action else None
+    return bool(support and "edit" in support.properties)

@@ -1,0 +1,114 @@
+"""Commands: `dojo.benchmark`, `dojo.showGeneratedCode`, `dojo.applyMoves`.
+
+Each runs as its own task with cancellable work-done progress, takes the
+document's URI first, and answers with JSON the client (or a script) can use.
+They are the plumbing that the search and agent commands reuse: results that
+arrive later are applied with `apply_text`, one versioned edit that the client
+refuses if the document changed meanwhile.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcContentModified, JsonRpcInvalidParams
+
+from codegen import generate, get_target
+from codegen.build import default_cache_dir
+from dojo_ir import Program
+
+from ..documents import Snapshot
+from ..progress import progress
+from ..server import DojoServer
+from .code_actions import document_edit, moves_edit
+
+BENCHMARK = "dojo.benchmark"
+SHOW_GENERATED_CODE = "dojo.showGeneratedCode"
+APPLY_MOVES = "dojo.applyMoves"
+EXTENSION = {"c": ".c", "cuda": ".cu", "hip": ".hip"}
+LANGUAGE = {"c": "c", "cuda": "cuda", "hip": "cpp"}
+
+
+def register(server: DojoServer) -> None:
+    @server.command(BENCHMARK)
+    async def benchmark(ls: DojoServer, *args: Any) -> dict[str, Any]:
+        snapshot, program = _document(ls, args, BENCHMARK)
+        async with progress(ls, f"Benchmarking {program.name} on {ls.settings.target}") as report:
+            report(f"building and timing on {ls.settings.runner_name}", None)
+            measured = await ls.measurements.measure(program, snapshot.spec, ls.settings, ls.settings.repetitions)
+        if measured.error is not None:
+            return {"error": measured.error, "summary": measured.summary()}
+        assert measured.result is not None
+        return measured.result.to_json() | {"bound_s": measured.bound_s, "summary": measured.summary()}
+
+    @server.command(SHOW_GENERATED_CODE)
+    async def show_generated_code(ls: DojoServer, *args: Any) -> dict[str, Any]:
+        snapshot, program = _document(ls, args, SHOW_GENERATED_CODE)
+        target = get_target(_argument(args, 1, str, SHOW_GENERATED_CODE, "a target name") or ls.settings.target)
+        async with progress(ls, f"Generating {target.name} code for {program.name}") as report:
+            report("generating", None)
+            text = generate(program, target)
+        path = _generated_path(program, target.language, target.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        window = ls.client_capabilities.window
+        if window and window.show_document and window.show_document.support:
+            await ls.window_show_document_async(lsp.ShowDocumentParams(uri=path.as_uri(), take_focus=True))
+        return {"uri": path.as_uri(), "language": LANGUAGE[target.language], "text": text}
+
+    @server.command(APPLY_MOVES)
+    async def apply_moves(ls: DojoServer, *args: Any) -> dict[str, Any]:
+        snapshot, _ = _document(ls, args, APPLY_MOVES)
+        version = _argument(args, 1, int, APPLY_MOVES, "the document's version")
+        moves = _argument(args, 2, list, APPLY_MOVES, "a list of moves")
+        if version is None or not moves or not all(isinstance(m, str) for m in moves):
+            raise JsonRpcInvalidParams(f"{APPLY_MOVES} takes [uri, version, [move, ...]]")
+        if version != snapshot.version:
+            raise JsonRpcContentModified(f"the document is at version {snapshot.version}, not {version}")
+        async with progress(ls, f"Applying {len(moves)} moves") as report:
+            report("applying", None)
+            edit = moves_edit(ls, snapshot, moves)
+            applied = await apply_edit(ls, f"{len(moves)} moves", edit)
+        return {"applied": applied, "moves": len(moves)}
+
+
+async def apply_edit(ls: DojoServer, label: str, edit: lsp.WorkspaceEdit) -> bool:
+    """Send `edit` through `workspace/applyEdit`; whether the client applied it."""
+    answer = await ls.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(edit=edit, label=f"PerfDojo: {label}"))
+    return bool(answer and answer.applied)
+
+
+async def apply_text(ls: DojoServer, snapshot: Snapshot, label: str, new_text: str) -> bool:
+    """Replace the snapshot's document with `new_text`, if it is still at the snapshot's version."""
+    return await apply_edit(ls, label, document_edit(ls, snapshot, new_text))
+
+
+def _argument(args: tuple[Any, ...], index: int, kind: type, command: str, what: str) -> Any:
+    if index >= len(args) or args[index] is None:
+        return None
+    if not isinstance(args[index], kind) or isinstance(args[index], bool):
+        raise JsonRpcInvalidParams(f"{command}: argument {index + 1} should be {what}, not {args[index]!r}")
+    return args[index]
+
+
+def _document(ls: DojoServer, args: tuple[Any, ...], command: str) -> tuple[Snapshot, Program]:
+    """The snapshot named by the first argument, with its program; a clear
+    error if there is none or it has errors."""
+    uri = _argument(args, 0, str, command, "a document URI")
+    if uri is None:
+        raise JsonRpcInvalidParams(f"{command} needs the document's URI as its first argument")
+    try:
+        snapshot = ls.snapshot(uri)
+    except KeyError:
+        raise JsonRpcInvalidParams(f"{command}: {uri} is not open") from None
+    if snapshot.program is None:
+        first = snapshot.diagnostics[0]
+        raise JsonRpcInvalidParams(f"{command}: {snapshot.name} has {len(snapshot.diagnostics)} error(s); the first, "
+                                   f"at {first.span}: {first.message}")
+    return snapshot, snapshot.program
+
+
+def _generated_path(program: Program, language: str, target: str) -> Path:
+    return default_cache_dir() / "generated" / f"{program.name}-{target}{EXTENSION[language]}"

@@ -1,0 +1,163 @@
+"""Measured times, asynchronously, cached by what is measured.
+
+A measurement is keyed by the canonical text of the program (comments and
+derivation stripped: they do not change the code), the target and the runner,
+so undoing an edit finds its old time at once, and two files with the same
+kernel share one. Measurements run one at a time in a worker thread (the
+runner's own lock would serialise them anyway) and never on the event loop,
+so the editor never waits for a compiler. Whoever is interested is told
+through `on_change` when one finishes; the server turns that into an inlay
+hint refresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dojo_ir import Program, to_text
+from dojo_ir.derivation import without_comments
+from runner.measure import measure
+from runner.result import RunResult
+from runner.roofline import MachineError, bound_s, machine_limits, work
+
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """`result` once measured; `error` when the runner could not be asked
+    (unreachable service, refused token); neither while measuring."""
+
+    result: RunResult | None = None
+    error: str | None = None
+    bound_s: float | None = None  # the roofline bound on the runner's machine, where it is known
+
+    @property
+    def pending(self) -> bool:
+        return self.result is None and self.error is None
+
+    def summary(self) -> str:
+        """One short line: what the inlay hint says."""
+        if self.pending:
+            return "measuring…"
+        if self.error is not None:
+            return "runner unavailable"
+        assert self.result is not None
+        if self.result.error is not None:
+            return "failed" if self.result.verified is not False else "wrong results"
+        if self.result.verified is False:
+            return f"{_duration(self.result.median_s)} · wrong results"
+        text = _duration(self.result.median_s)
+        if self.bound_s:
+            text += f" · {self.result.median_s / self.bound_s:.1f}× bound"
+        return text
+
+    def details(self) -> str:
+        """Markdown for a hover or a tooltip."""
+        if self.pending:
+            return "Measuring…"
+        if self.error is not None:
+            return f"The runner is unavailable: {self.error}"
+        r = self.result
+        assert r is not None
+        if r.error is not None:
+            return f"Measurement failed on `{r.target}`:\n\n```\n{r.error.strip()}\n```"
+        lines = [f"**{_duration(r.median_s)}** median of {r.repeats} runs on `{r.target}` "
+                 f"(min {_duration(r.min_s)}, max {_duration(r.max_s)})"]
+        if self.bound_s:
+            lines.append(f"roofline bound {_duration(self.bound_s)}: {r.median_s / self.bound_s:.2f}× the bound")
+        verified = {True: f"verified against the spec (max error {r.max_error:.3g})" if r.max_error is not None
+                    else "verified against the spec", False: "**differs from the spec**", None: "not verified"}
+        lines.append(verified[r.verified])
+        return "\n\n".join(lines)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def key(program: Program, settings: Settings) -> str:
+    text = to_text(without_comments(program))
+    return hashlib.sha256(f"{settings.target}\0{settings.runner_url}\0{text}".encode()).hexdigest()
+
+
+class Measurements:
+    def __init__(self, on_change: Callable[[], None]):
+        self._on_change = on_change
+        self._known: dict[str, Measurement] = {}
+        self._lock = asyncio.Lock()
+        self._background: dict[str, asyncio.Task] = {}  # per document: its latest version's measurement
+
+    def get(self, program: Program, settings: Settings) -> Measurement | None:
+        return self._known.get(key(program, settings))
+
+    def request(self, document: str, program: Program, spec: Program | None, settings: Settings) -> Measurement:
+        """What is known of `program`'s time; when nothing is, start measuring
+        it in the background (instead of any earlier version of `document`
+        still waiting its turn) and say so."""
+        known = self.get(program, settings)
+        if known is not None:
+            return known
+        waiting = self._background.pop(document, None)
+        if waiting is not None:
+            waiting.cancel()
+        self._known[key(program, settings)] = Measurement()
+        task = asyncio.ensure_future(self.measure(program, spec, settings, settings.repetitions))
+        self._background[document] = task
+        task.add_done_callback(lambda done: self._background.get(document) is done and self._background.pop(document))
+        return self._known[key(program, settings)]
+
+    async def measure(self, program: Program, spec: Program | None, settings: Settings, repeats: int) -> Measurement:
+        """Measure now (after any measurement in progress) and remember it."""
+        slot = key(program, settings)
+        try:
+            async with self._lock:
+                measured = await asyncio.to_thread(_measure, program, spec, settings, repeats)
+        except asyncio.CancelledError:
+            if self._known.get(slot) is not None and self._known[slot].pending:
+                del self._known[slot]
+            raise
+        self._known[slot] = measured
+        self._on_change()
+        return measured
+
+    def forget(self) -> None:
+        """Drop every measurement (the runner or the machine changed)."""
+        for task in self._background.values():
+            task.cancel()
+        self._background.clear()
+        self._known.clear()
+
+
+def _measure(program: Program, spec: Program | None, settings: Settings, repeats: int) -> Measurement:
+    from runner.client import RemoteRunner, RunnerError, token_for
+    from runner.local import LocalRunner
+
+    try:
+        if settings.runner_url:
+            with RemoteRunner(settings.runner_url, token_for(settings.runner_url, settings.runner_token_file)) as r:
+                return Measurement(measure(r, program, settings.target, repeats=repeats, spec=spec))
+        result = measure(LocalRunner(), program, settings.target, repeats=repeats, spec=spec)
+    except (RunnerError, ValueError) as error:
+        return Measurement(error=str(error))
+    return Measurement(result, bound_s=_local_bound(program))
+
+
+def _local_bound(program: Program) -> float | None:
+    """The roofline bound on this machine, once its limits have been measured."""
+    try:
+        return bound_s(work(program), machine_limits())
+    except MachineError as error:
+        log.warning("no roofline bound: %s", error)
+        return None

@@ -1,0 +1,81 @@
+"""`DojoServer`: the pygls server and the state its features share.
+
+Each feature is a module of `features/` with a `register(server)` function, as
+esbonio builds its server; `create_server` registers the ones it is given, so
+a test or an embedding can leave any out. The state shared by features lives
+here: the settings, one immutable `Snapshot` per open document, the
+measurements, and the background tasks (kept so that none is garbage-collected
+half-way, and so that a failing one is logged instead of lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Iterable
+from types import ModuleType
+from typing import Any
+from urllib.parse import unquote
+
+from lsprotocol import types as lsp
+from pygls.lsp.server import LanguageServer
+
+from .documents import Snapshot
+from .measurements import Measurements
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+VERSION = "0.1.0"
+
+
+class DojoServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__("dojo-lsp", VERSION, text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
+        self.settings = Settings()
+        self.measurements = Measurements(on_change=self.refresh_inlay_hints)
+        self._snapshots: dict[str, Snapshot] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    def snapshot(self, uri: str) -> Snapshot:
+        """The current version of the open document at `uri`, analysed on
+        demand; KeyError if the document is not open."""
+        document = self.workspace.text_documents[unquote(uri)]  # pygls keys them unquoted
+        known = self._snapshots.get(uri)
+        if known is None or known.version != document.version or known.text != document.source:
+            known = self._snapshots[uri] = Snapshot(uri, document.version, document.source)
+        return known
+
+    def forget(self, uri: str) -> None:
+        self._snapshots.pop(uri, None)
+
+    def spawn(self, work: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
+        """Run `work` in the background, tracked; its failure is logged, never raised into the server."""
+        task = asyncio.ensure_future(work)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+    def refresh_inlay_hints(self) -> None:
+        """Ask the client to ask again, where it can: results arrive after the hints were drawn."""
+        workspace = self.client_capabilities.workspace
+        if workspace and workspace.inlay_hint and workspace.inlay_hint.refresh_support:
+            self.workspace_inlay_hint_refresh(None)
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        # a failing request is the client's error response; the server carries on
+        log.error("%s: %s", getattr(source, "__name__", source), error)
+
+
+def create_server(features: Iterable[ModuleType] | None = None) -> DojoServer:
+    from .features import FEATURES
+
+    server = DojoServer()
+    for feature in FEATURES if features is None else features:
+        feature.register(server)
+    return server

@@ -1,0 +1,71 @@
+"""The server's settings: the `dojo` section of the client's configuration.
+
+They arrive as `initializationOptions`, then from `workspace/configuration`
+whenever the client says they changed. A value of the wrong type is reported
+and its default kept, so one typo never disables the server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from codegen.targets import TARGETS
+
+SECTION = "dojo"
+
+
+@dataclass(frozen=True)
+class Settings:
+    target: str = "native"  # what hover, generated code and measurements are for
+    runner_url: str = ""  # a `dojo-runner` service; empty: measure on this machine
+    runner_token_file: str = ""
+    repetitions: int = 10  # timed repetitions of `dojo.benchmark` (the runner adds more to fill a second)
+    measure_automatically: bool = True  # measure in the background for the inlay hint
+
+    @property
+    def runner_name(self) -> str:
+        return self.runner_url or "this machine"
+
+
+# setting name (as the client writes it under `dojo`) -> (field, check, what is expected)
+_KEYS = {
+    "target": ("target", lambda v: isinstance(v, str) and v in TARGETS, f"one of {', '.join(TARGETS)}"),
+    "runner.url": ("runner_url", lambda v: isinstance(v, str), "a URL or an empty string"),
+    "runner.tokenFile": ("runner_token_file", lambda v: isinstance(v, str), "a path"),
+    "repetitions": ("repetitions", lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1000,
+                    "an integer from 1 to 1000"),
+    "measure.automatic": ("measure_automatically", lambda v: isinstance(v, bool), "true or false"),
+}
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """`{"runner": {"url": u}}` and `{"runner.url": u}` alike, as dotted keys."""
+    if not isinstance(value, dict):
+        return {prefix: value} if prefix else {}
+    flat: dict[str, Any] = {}
+    for key, inner in value.items():
+        flat.update(_flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def read_settings(value: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
+    """Settings from the client's `dojo` section (nested or dotted keys; a
+    `dojo` wrapper is accepted too), and what was wrong with it. Unknown keys
+    are ignored: they may belong to the editor's side of the extension."""
+    settings = base or Settings()
+    if isinstance(value, dict) and isinstance(value.get(SECTION), dict):
+        value = value[SECTION]
+    problems = []
+    for key, given in _flatten(value).items():
+        if key not in _KEYS or given is None:
+            continue
+        name, valid, expected = _KEYS[key]
+        if valid(given):
+            settings = replace(settings, **{name: given})
+        else:
+            problems.append(f"setting `{SECTION}.{key}` is {given!r}; expected {expected}")
+    return settings, problems
+
+
+assert {f.name for f in fields(Settings)} == {name for name, _, _ in _KEYS.values()}

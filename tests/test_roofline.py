@@ -1,0 +1,176 @@
+"""The roofline: exact work counts of library kernels, the bound, and the measured, cached machine limits."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import runner.roofline as roofline
+from dojo_ir import load
+from dojo_ir.library import KERNELS
+from runner.roofline import Machine, Work, bound_s, machine_cache_path, machine_limits, machine_record, work
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def kernel(name: str, **shape: int):
+    return load(KERNELS[name].text(**shape))
+
+
+# -- work ----------------------------------------------------------------------------
+
+
+def test_add_reads_two_arrays_writes_one_and_adds_once_per_element() -> None:
+    m, n = KERNELS["add"].small_params.values()
+    assert work(kernel("add", m=m, n=n)) == Work(bytes=3 * m * n * 4, flops=m * n)
+
+
+def test_matmul_counts_a_multiply_and_an_add_per_step_and_no_flop_for_the_zero() -> None:
+    m, k, n = 3, 4, 5
+    # c = 0 is a store, c += a * b one multiplication and one addition (the combine) per (i, j, k)
+    assert work(kernel("matmul", m=m, k=k, n=n)) == Work(bytes=4 * (m * k + k * n + m * n), flops=2 * m * n * k)
+
+
+def test_bmm_and_conv_scale_with_every_scope() -> None:
+    b, m, k, n = 2, 3, 4, 5
+    assert work(kernel("bmm", b=b, m=m, k=k, n=n)) == Work(4 * b * (m * k + k * n + m * n), 2 * b * m * n * k)
+    s = KERNELS["conv1"].small_params
+    oh, ow = s["h"] - s["k"] + 1, s["w"] - s["k"] + 1
+    x, w, y = s["n"] * s["ci"] * s["h"] * s["w"], s["co"] * s["ci"] * s["k"] ** 2, s["n"] * s["co"] * oh * ow
+    assert work(kernel("conv1", **s)) == Work(4 * (x + w + y), 2 * y * s["ci"] * s["k"] ** 2)
+
+
+def test_softmax_counts_exp_and_leaves_temporaries_in_cache() -> None:
+    m, n = 3, 5
+    # max= 1, exp(x - m) 2, s += 1, e / s 1 per element; `-inf` and `0` are constants; m, e, s are temporaries
+    assert work(kernel("softmax", m=m, n=n)) == Work(bytes=2 * m * n * 4, flops=5 * m * n)
+
+
+def test_relu_counts_max_as_one_call() -> None:
+    m, n = 4, 6
+    assert work(kernel("relu", m=m, n=n)) == Work(bytes=2 * m * n * 4, flops=m * n)
+
+
+def test_layernorm_counts_every_operator() -> None:
+    m, n = 3, 5
+    # mean += (1/elt), mean / n (1/row), var += (x-mean)*(x-mean) (4/elt), var / n (1/row),
+    # y = (x - mean) / sqrt(var + 1e-5) * g + b (6/elt)
+    flops = m * n * (1 + 4 + 6) + m * 2
+    assert work(kernel("layernorm1", m=m, n=n)) == Work(bytes=4 * (m * n + 2 * n + m * n), flops=flops)
+
+
+def test_swiglu_counts_unary_minus() -> None:
+    s = {"b": 2, "t": 3, "d": 4, "h": 5}
+    rows, out = s["b"] * s["t"], s["b"] * s["t"] * s["h"]
+    # two products of d each (2 flops per step), then a / (1 + exp(-a)) * c: -, exp, +, /, * per element
+    flops = 2 * 2 * out * s["d"] + 5 * out
+    moved = 4 * (rows * s["d"] + 2 * s["d"] * s["h"] + out)
+    assert work(kernel("swiglu", **s)) == Work(moved, flops)
+
+
+def test_the_bytes_follow_the_dtype_and_the_flops_a_schedule_does_not_change() -> None:
+    text = """kernel k(x) -> y
+
+x f64 [6, 4] heap
+y f64 [6] heap
+
+6 y[{0}] = 0
+6 4 y[{0}] += x[{0},{1}] * 2
+"""
+    tiled = text.replace("6 y[{0}] = 0\n6 4", "6 y[{0}] = 0\n3 2 4").replace("y[{0}] +=", "y[{0}*2+{1}] +=")
+    tiled = tiled.replace("x[{0},{1}]", "x[{0}*2+{1},{2}]")
+    assert work(load(text)) == work(load(tiled)) == Work(bytes=8 * (6 * 4 + 6), flops=2 * 6 * 4)
+
+
+def test_every_library_kernel_has_work() -> None:
+    for entry in KERNELS.values():
+        w = work(load(entry.small()))
+        assert w.bytes > 0 and w.flops > 0, entry.name
+
+
+# -- bound_s -------------------------------------------------------------------------
+
+
+def test_bound_picks_the_slower_side() -> None:
+    machine = Machine(bandwidth_Bps=10e9, peak_flops=100e9, cores=2, cpu="test")
+    assert bound_s(Work(bytes=10**9, flops=10**9), machine) == pytest.approx(0.1)  # memory-bound
+    assert bound_s(Work(bytes=10**6, flops=10**11), machine) == pytest.approx(1.0)  # compute-bound
+    assert bound_s(Work(bytes=0, flops=0), machine) == 0.0
+
+
+# -- machine_limits ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache directory in which the limits were measured once, for real."""
+    directory = tmp_path_factory.mktemp("cache")
+    machine_limits(cache_dir=directory)
+    return directory
+
+
+def test_the_limits_are_positive_and_finite(measured: Path) -> None:
+    machine = machine_limits(cache_dir=measured)
+    for value in (machine.bandwidth_Bps, machine.peak_flops):
+        assert math.isfinite(value) and value > 0
+    assert machine.cores == os.cpu_count()
+    assert machine.cpu
+    detail = machine_record(cache_dir=measured)["detail"]
+    assert machine.bandwidth_Bps == max(detail["read_Bps"], detail["triad_Bps"])
+    assert detail["threads"] == machine.cores
+
+
+def test_the_second_call_reads_the_cache(measured: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = machine_cache_path(measured)
+    assert path.parent == measured and path.is_file()
+    before = path.stat().st_mtime_ns, machine_limits(cache_dir=measured)
+
+    def measure(directory: Path) -> dict:
+        raise AssertionError("measured again although the cache holds the limits")
+
+    monkeypatch.setattr(roofline, "_measure", measure)
+    assert (path.stat().st_mtime_ns, machine_limits(cache_dir=measured)) == before
+
+
+def test_refresh_measures_again_and_a_bad_cache_file_is_replaced(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = []
+
+    def measure(directory: Path) -> dict:
+        runs.append(directory)
+        return {"version": roofline._VERSION, "cpu": roofline._cpu_model(), "cores": roofline._cores(),
+                "bandwidth_Bps": 1e10 * len(runs), "peak_flops": 1e11, "detail": {}}
+
+    monkeypatch.setattr(roofline, "_measure", measure)
+    assert machine_limits(cache_dir=tmp_path).bandwidth_Bps == 1e10
+    assert machine_limits(cache_dir=tmp_path).bandwidth_Bps == 1e10
+    assert machine_limits(refresh=True, cache_dir=tmp_path).bandwidth_Bps == 2e10
+    machine_cache_path(tmp_path).write_text("{not json")
+    assert machine_limits(cache_dir=tmp_path).bandwidth_Bps == 3e10
+    assert runs == [tmp_path] * 3
+
+
+def test_the_cli_prints_the_limits(measured: Path) -> None:
+    environment = os.environ | {"DOJO_CACHE": str(measured)}
+    result = subprocess.run([sys.executable, "-m", "server.cli", "machine"], cwd=ROOT, env=environment,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    machine = machine_limits(cache_dir=measured)
+    pattern = (r"bandwidth (\d+\.\d) GB/s \(read \d+\.\d, triad \d+\.\d\), peak (\d+) GFLOP/s f32 FMA, "
+               rf"(\d+) cores?, {re.escape(machine.cpu)}\n")
+    match = re.fullmatch(pattern, result.stdout)
+    assert match, result.stdout
+    assert float(match[1]) == pytest.approx(machine.bandwidth_Bps / 1e9, abs=0.05)
+    assert int(match[3]) == machine.cores
+
+    result = subprocess.run([sys.executable, "-m", "server.cli", "machine", "--json"], cwd=ROOT, env=environment,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["peak_flops"] == machine.peak_flops
