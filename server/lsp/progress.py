@@ -13,11 +13,14 @@ then raises `asyncio.CancelledError` at its next `await`; so does
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
+from typing import Any
 
 from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcRequestCancelled
 from pygls.lsp.server import LanguageServer
 
 Report = Callable[[str, int | None], None]
@@ -67,3 +70,18 @@ async def progress(server: LanguageServer, title: str, cancellable: bool = True)
         server.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message=message))
         with suppress(KeyError):
             del server.work_done_progress.tokens[token]
+
+
+def cancellable(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """A command handler whose cancellation answers the request: pygls runs a
+    command's coroutine under a generator that only forwards exceptions, so a
+    cancelled one would leave the request unanswered."""
+
+    @functools.wraps(handler)
+    async def run(*args: Any) -> Any:
+        try:
+            return await handler(*args)
+        except asyncio.CancelledError:
+            raise JsonRpcRequestCancelled("cancelled") from None
+
+    return run

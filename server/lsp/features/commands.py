@@ -20,7 +20,7 @@ from codegen.build import default_cache_dir
 from dojo_ir import Program
 
 from ..documents import Snapshot
-from ..progress import progress
+from ..progress import cancellable, progress
 from ..server import DojoServer
 from .code_actions import document_edit, moves_edit
 
@@ -33,6 +33,7 @@ LANGUAGE = {"c": "c", "cuda": "cuda", "hip": "cpp"}
 
 def register(server: DojoServer) -> None:
     @server.command(BENCHMARK)
+    @cancellable
     async def benchmark(ls: DojoServer, *args: Any) -> dict[str, Any]:
         snapshot, program = _document(ls, args, BENCHMARK)
         async with progress(ls, f"Benchmarking {program.name} on {ls.settings.target}") as report:
@@ -44,6 +45,7 @@ def register(server: DojoServer) -> None:
         return measured.result.to_json() | {"bound_s": measured.bound_s, "summary": measured.summary()}
 
     @server.command(SHOW_GENERATED_CODE)
+    @cancellable
     async def show_generated_code(ls: DojoServer, *args: Any) -> dict[str, Any]:
         snapshot, program = _document(ls, args, SHOW_GENERATED_CODE)
         target = get_target(_argument(args, 1, str, SHOW_GENERATED_CODE, "a target name") or ls.settings.target)
@@ -59,6 +61,7 @@ def register(server: DojoServer) -> None:
         return {"uri": path.as_uri(), "language": LANGUAGE[target.language], "text": text}
 
     @server.command(APPLY_MOVES)
+    @cancellable
     async def apply_moves(ls: DojoServer, *args: Any) -> dict[str, Any]:
         snapshot, _ = _document(ls, args, APPLY_MOVES)
         version = _argument(args, 1, int, APPLY_MOVES, "the document's version")
