@@ -1,0 +1,524 @@
+-- PerfDojo for Neovim: starts the `dojo-lsp` language server for `.dojo` files.
+--
+--   require("dojo").setup({
+--     cmd = nil,        -- default: <workspace>/.venv/bin/dojo-lsp, else `dojo-lsp` on the PATH
+--     settings = { dojo = { target = "native", repetitions = 10, measure = { automatic = true } } },
+--     keymaps = { ... } -- or false
+--   })
+--
+-- Works on Neovim 0.7 (vim.lsp.start_client + buf_attach_client from a
+-- FileType autocommand, one client per root) and on 0.11+ (vim.lsp.config +
+-- vim.lsp.enable).
+
+local M = {}
+
+local NAME = "dojo"
+local uv = vim.loop or vim.uv
+
+local defaults = {
+  -- A list (argv), or a function(root_dir, bufnr) returning one. nil: see default_cmd.
+  cmd = nil,
+  -- Environment of the server process (table), and its working directory (nil:
+  -- the directory that holds the `.venv` the server was found in, else the root).
+  cmd_env = nil,
+  cmd_cwd = nil,
+  -- The `dojo` settings section, answered to workspace/configuration and sent as
+  -- initializationOptions. `{ dojo = {...} }` or the inner table itself.
+  settings = {},
+  -- Files whose presence marks the workspace root.
+  root_markers = { ".git", "pyproject.toml" },
+  inlay_hints = true,
+  -- Buffer-local mappings set when the server attaches; false disables them all,
+  -- and a mapping set to false is left out.
+  keymaps = {
+    code_action = "<leader>da",
+    benchmark = "<leader>db",
+    generated_code = "<leader>dg",
+    format = "<leader>df",
+    symbols = "<leader>ds",
+    hover = "K",
+  },
+  on_attach = nil, -- function(client, bufnr), called after the plugin's own
+  capabilities = nil, -- merged over the client's default capabilities
+}
+
+M.config = vim.deepcopy(defaults)
+
+-- ---------------------------------------------------------------------------
+-- helpers
+
+local function notify(msg, level)
+  vim.notify("dojo: " .. msg, level or vim.log.levels.INFO)
+end
+
+local function exists(path)
+  return uv.fs_stat(path) ~= nil
+end
+
+local function dirname(path)
+  return vim.fn.fnamemodify(path, ":h")
+end
+
+local function buf_dir(bufnr)
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  if name == "" then
+    return vim.fn.getcwd()
+  end
+  return dirname(vim.fn.fnamemodify(name, ":p"))
+end
+
+-- Yield `dir` and each of its ancestors up to /.
+local function ancestors(dir)
+  local current = dir
+  return function()
+    if current == nil then
+      return nil
+    end
+    local result = current
+    local parent = dirname(current)
+    current = parent ~= current and parent or nil
+    return result
+  end
+end
+
+--- The nearest ancestor of the buffer's directory with one of the root markers,
+--- else the buffer's directory.
+function M.root_dir(bufnr)
+  local start = buf_dir(bufnr or 0)
+  for dir in ancestors(start) do
+    for _, marker in ipairs(M.config.root_markers) do
+      if exists(dir .. "/" .. marker) then
+        return dir
+      end
+    end
+  end
+  return start
+end
+
+--- The command that starts the server for a buffer in `dir`, and its working
+--- directory: the first `.venv/bin/dojo-lsp` found walking up from `dir`,
+--- else `dojo-lsp` from the PATH.
+function M.default_cmd(dir)
+  for d in ancestors(dir) do
+    local exe = d .. "/.venv/bin/dojo-lsp"
+    if vim.fn.executable(exe) == 1 then
+      return { exe }, d
+    end
+  end
+  return { "dojo-lsp" }, nil
+end
+
+-- argv and cwd for a buffer whose root is `root`.
+local function resolve_cmd(root, bufnr)
+  local cmd, cwd = M.config.cmd, nil
+  if type(cmd) == "function" then
+    cmd = cmd(root, bufnr)
+  end
+  if cmd == nil then
+    cmd, cwd = M.default_cmd(bufnr and buf_dir(bufnr) or root)
+  elseif type(cmd) == "string" then
+    cmd = { cmd }
+  end
+  return cmd, M.config.cmd_cwd or cwd or root
+end
+
+local warned = {}
+local function check_executable(cmd)
+  if vim.fn.executable(cmd[1]) == 1 then
+    return true
+  end
+  if not warned[cmd[1]] then
+    warned[cmd[1]] = true
+    notify(
+      ("language server `%s` not found; install the project (`make install`) or pass `cmd` to require('dojo').setup()"):format(
+        cmd[1]
+      ),
+      vim.log.levels.WARN
+    )
+  end
+  return false
+end
+
+local function settings()
+  return M.config.settings
+end
+
+local function capabilities()
+  local caps = vim.lsp.protocol.make_client_capabilities()
+  if M.config.capabilities then
+    caps = vim.tbl_deep_extend("force", caps, M.config.capabilities)
+  end
+  return caps
+end
+
+-- Call a client method on 0.7 (closures: client.request(...)) and on 0.11+
+-- (methods: client:request(...)).
+local function client_call(client, method, ...)
+  if vim.fn.has("nvim-0.11") == 1 then
+    return client[method](client, ...)
+  end
+  return client[method](...)
+end
+
+local function get_clients(bufnr)
+  if vim.lsp.get_clients then
+    return vim.lsp.get_clients({ bufnr = bufnr, name = NAME })
+  end
+  local result = {}
+  for _, client in pairs(vim.lsp.buf_get_clients(bufnr)) do
+    if client.name == NAME then
+      table.insert(result, client)
+    end
+  end
+  return result
+end
+
+--- The dojo client attached to `bufnr` (default: the current buffer), or nil.
+function M.client(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  return get_clients(bufnr)[1]
+end
+
+local function need_client(bufnr)
+  local client = M.client(bufnr)
+  if not client then
+    notify("no dojo language server is attached to this buffer", vim.log.levels.ERROR)
+  end
+  return client
+end
+
+-- ---------------------------------------------------------------------------
+-- commands
+
+local function execute(bufnr, command, arguments, on_result)
+  local client = need_client(bufnr)
+  if not client then
+    return
+  end
+  local params = { command = command, arguments = arguments }
+  client_call(client, "request", "workspace/executeCommand", params, function(err, result)
+    if err then
+      notify(command .. " failed: " .. (err.message or vim.inspect(err)), vim.log.levels.ERROR)
+      return
+    end
+    on_result(result, client)
+  end, bufnr)
+end
+
+local function format_seconds(s)
+  if type(s) ~= "number" then
+    return "?"
+  elseif s >= 1 then
+    return ("%.3f s"):format(s)
+  elseif s >= 1e-3 then
+    return ("%.3f ms"):format(s * 1e3)
+  elseif s >= 1e-6 then
+    return ("%.2f us"):format(s * 1e6)
+  else
+    return ("%.1f ns"):format(s * 1e9)
+  end
+end
+
+--- Build, run and time the kernel of the buffer (workspace/executeCommand
+--- `dojo.benchmark`); reports the median and whether the result verified.
+function M.benchmark(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local uri = vim.uri_from_bufnr(bufnr)
+  notify("benchmarking " .. vim.fn.fnamemodify(vim.api.nvim_buf_get_name(bufnr), ":t") .. " ...")
+  execute(bufnr, "dojo.benchmark", { uri }, function(result)
+    if type(result) ~= "table" then
+      notify("benchmark returned nothing", vim.log.levels.WARN)
+    elseif result.error ~= nil and result.error ~= vim.NIL and result.error ~= "" then
+      notify("benchmark failed: " .. tostring(result.error), vim.log.levels.ERROR)
+    else
+      local verified = result.verified
+      local msg = "median " .. format_seconds(result.median_s)
+      if type(result.summary) == "string" and result.summary ~= "" then
+        msg = result.summary
+      end
+      if type(result.target) == "string" then
+        msg = msg .. " on " .. result.target
+      end
+      if verified == true then
+        msg = msg .. ", verified"
+      elseif verified == false then
+        msg = msg .. ", NOT verified"
+      end
+      notify(msg, verified == false and vim.log.levels.WARN or vim.log.levels.INFO)
+    end
+    M.last_benchmark = result
+  end)
+end
+
+local LANGUAGE_FILETYPES = { c = "c", cpp = "cpp", ["c++"] = "cpp", cuda = "cuda", hip = "cpp" }
+
+-- Show the generated code ourselves: the file behind `uri` when it is one, else
+-- a scratch buffer holding `text`.
+local function open_generated(result)
+  local uri, text = result.uri, result.text
+  if type(uri) == "string" and uri:match("^file:") then
+    local path = vim.uri_to_fname(uri)
+    if exists(path) then
+      vim.cmd("split " .. vim.fn.fnameescape(path))
+      return vim.api.nvim_get_current_buf()
+    end
+  end
+  if type(text) ~= "string" then
+    notify("the server returned no generated code", vim.log.levels.WARN)
+    return nil
+  end
+  vim.cmd("new")
+  local buf = vim.api.nvim_get_current_buf()
+  vim.bo[buf].buftype = "nofile"
+  vim.bo[buf].bufhidden = "wipe"
+  vim.bo[buf].swapfile = false
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, vim.split(text, "\n", { plain = true }))
+  vim.bo[buf].modifiable = false
+  local ft = LANGUAGE_FILETYPES[(result.language or ""):lower()]
+  if ft then
+    vim.bo[buf].filetype = ft
+  end
+  if type(uri) == "string" then
+    pcall(vim.api.nvim_buf_set_name, buf, uri)
+  end
+  return buf
+end
+
+local function client_shows_documents()
+  local caps = vim.lsp.protocol.make_client_capabilities()
+  local sd = caps.window and caps.window.showDocument
+  return sd ~= nil and sd.support == true and vim.lsp.handlers["window/showDocument"] ~= nil
+end
+
+--- The C, CUDA or HIP source of the buffer's kernel (`dojo.showGeneratedCode`)
+--- for `target` (default: the `dojo.target` setting).
+function M.generated_code(bufnr, target)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local args = { vim.uri_from_bufnr(bufnr) }
+  if target and target ~= "" then
+    table.insert(args, target)
+  end
+  execute(bufnr, "dojo.showGeneratedCode", args, function(result)
+    M.last_generated_code = result
+    -- A client that supports window/showDocument has been sent one by the
+    -- server; otherwise open it here.
+    if type(result) == "table" and not client_shows_documents() then
+      open_generated(result)
+    end
+  end)
+end
+
+--- Apply moves by name (`dojo.applyMoves`), e.g. "join_scopes(op=m#1, depth=0)".
+--- The server answers with a workspace/applyEdit.
+function M.apply_moves(bufnr, moves)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local version = vim.lsp.util.buf_versions[bufnr] or 0
+  execute(bufnr, "dojo.applyMoves", { vim.uri_from_bufnr(bufnr), version, moves }, function() end)
+end
+
+function M.format(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  if vim.lsp.buf.format then
+    vim.lsp.buf.format({ bufnr = bufnr, name = NAME })
+  else
+    vim.lsp.buf.formatting()
+  end
+end
+
+local function code_action()
+  vim.lsp.buf.code_action()
+end
+
+local ACTIONS = {
+  code_action = { code_action, "PerfDojo: moves here (code actions)" },
+  benchmark = { function() M.benchmark(0) end, "PerfDojo: benchmark" },
+  generated_code = { function() M.generated_code(0) end, "PerfDojo: show generated code" },
+  format = { function() M.format(0) end, "PerfDojo: format" },
+  symbols = { function() vim.lsp.buf.document_symbol() end, "PerfDojo: document symbols" },
+  hover = { function() vim.lsp.buf.hover() end, "PerfDojo: hover (generated code)" },
+}
+
+local function set_keymaps(bufnr)
+  local keymaps = M.config.keymaps
+  if not keymaps then
+    return
+  end
+  for action, lhs in pairs(keymaps) do
+    local spec = ACTIONS[action]
+    if spec and lhs then
+      vim.keymap.set("n", lhs, spec[1], { buffer = bufnr, silent = true, desc = spec[2] })
+    elseif not spec then
+      notify("unknown keymap action `" .. tostring(action) .. "`", vim.log.levels.WARN)
+    end
+  end
+end
+
+local function enable_inlay_hints(client, bufnr)
+  if not M.config.inlay_hints then
+    return
+  end
+  local ih = vim.lsp.inlay_hint
+  -- 0.10+: vim.lsp.inlay_hint.enable(true, { bufnr = ... }); older versions have none.
+  if type(ih) == "table" and type(ih.enable) == "function" and vim.fn.has("nvim-0.10") == 1 then
+    local caps = client.server_capabilities or {}
+    if caps.inlayHintProvider then
+      pcall(ih.enable, true, { bufnr = bufnr })
+    end
+  end
+end
+
+local function on_attach(client, bufnr)
+  set_keymaps(bufnr)
+  enable_inlay_hints(client, bufnr)
+  if M.config.on_attach then
+    M.config.on_attach(client, bufnr)
+  end
+end
+
+-- ---------------------------------------------------------------------------
+-- starting the server
+
+local function base_config()
+  local s = settings()
+  return {
+    name = NAME,
+    settings = s,
+    init_options = s.dojo,
+    capabilities = capabilities(),
+    on_attach = on_attach,
+  }
+end
+
+-- Neovim 0.7-0.10: one client per root, attached from a FileType autocommand.
+local clients_by_root = {}
+
+local function attach_legacy(bufnr)
+  if vim.bo[bufnr].buftype ~= "" or not vim.api.nvim_buf_is_loaded(bufnr) then
+    return
+  end
+  local root = M.root_dir(bufnr)
+  local id = clients_by_root[root]
+  local client = id and vim.lsp.get_client_by_id(id)
+  if not client or client.is_stopped() then
+    local cmd, cwd = resolve_cmd(root, bufnr)
+    if not check_executable(cmd) then
+      return
+    end
+    local config = base_config()
+    config.cmd = cmd
+    config.cmd_cwd = cwd
+    config.cmd_env = M.config.cmd_env
+    config.root_dir = root
+    config.workspace_folders = { { uri = vim.uri_from_fname(root), name = root } }
+    id = vim.lsp.start_client(config)
+    if not id then
+      notify("could not start " .. table.concat(cmd, " "), vim.log.levels.ERROR)
+      return
+    end
+    clients_by_root[root] = id
+  end
+  vim.lsp.buf_attach_client(bufnr, id)
+end
+
+-- Neovim 0.11+: vim.lsp.config + vim.lsp.enable.
+local last_root = {}
+
+local function enable_modern()
+  local config = base_config()
+  config.filetypes = { "dojo" }
+  config.root_dir = function(bufnr, on_dir)
+    local root = M.root_dir(bufnr)
+    local cmd = resolve_cmd(root, bufnr)
+    if check_executable(cmd) then
+      last_root = { root = root, bufnr = bufnr }
+      on_dir(root)
+    end
+  end
+  -- A function, so that the server found in the buffer's workspace is started
+  -- there (a static `cmd` cannot depend on the buffer).
+  config.cmd = function(dispatchers, resolved)
+    local root = (resolved and type(resolved.root_dir) == "string" and resolved.root_dir) or last_root.root
+    local bufnr = last_root.root == root and last_root.bufnr or nil
+    local cmd, cwd = resolve_cmd(root or vim.fn.getcwd(), bufnr)
+    if type(resolved) == "table" then
+      -- what the client's config shows (client.config.cmd_cwd), as on 0.7
+      resolved.cmd_cwd = cwd
+    end
+    return vim.lsp.rpc.start(cmd, dispatchers, { cwd = cwd, env = M.config.cmd_env })
+  end
+  vim.lsp.config(NAME, config)
+  vim.lsp.enable(NAME)
+end
+
+local function define_commands()
+  vim.api.nvim_create_user_command("DojoBenchmark", function()
+    M.benchmark(0)
+  end, { desc = "PerfDojo: build, run, time and verify this kernel" })
+  vim.api.nvim_create_user_command("DojoGeneratedCode", function(args)
+    M.generated_code(0, args.args)
+  end, {
+    nargs = "?",
+    desc = "PerfDojo: show the code generated for this kernel [target]",
+    complete = function()
+      return { "native", "x86-avx2", "x86-avx512", "arm-neon", "riscv-rvv", "cuda", "hip" }
+    end,
+  })
+  vim.api.nvim_create_user_command("DojoApplyMove", function(args)
+    M.apply_moves(0, { args.args })
+  end, { nargs = 1, desc = "PerfDojo: apply a move, e.g. join_scopes(op=m#1, depth=0)" })
+end
+
+local function normalize_settings(s)
+  s = s or {}
+  if s.dojo == nil then
+    -- the inner table was given
+    s = { dojo = s }
+  end
+  return s
+end
+
+--- Configure and enable the plugin. Calling it again replaces the configuration
+--- for clients started afterwards.
+function M.setup(opts)
+  opts = opts or {}
+  local config = vim.tbl_deep_extend("force", vim.deepcopy(defaults), opts)
+  -- Lists and `false` replace, not merge.
+  if opts.keymaps == false then
+    config.keymaps = false
+  end
+  if opts.cmd ~= nil then
+    config.cmd = opts.cmd
+  end
+  if opts.root_markers ~= nil then
+    config.root_markers = opts.root_markers
+  end
+  config.settings = normalize_settings(opts.settings)
+  M.config = config
+
+  if vim.filetype and vim.filetype.add and vim.fn.has("nvim-0.8") == 1 then
+    vim.filetype.add({ extension = { dojo = "dojo" } })
+  end
+  define_commands()
+
+  if vim.fn.has("nvim-0.11") == 1 then
+    enable_modern()
+    return
+  end
+
+  local group = vim.api.nvim_create_augroup("dojo_lsp", { clear = true })
+  vim.api.nvim_create_autocmd("FileType", {
+    group = group,
+    pattern = "dojo",
+    callback = function(args)
+      attach_legacy(args.buf)
+    end,
+  })
+  -- Buffers opened before setup() (e.g. when the plugin is loaded lazily on ft).
+  for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_loaded(bufnr) and vim.bo[bufnr].filetype == "dojo" then
+      attach_legacy(bufnr)
+    end
+  end
+end
+
+return M

@@ -1,0 +1,58 @@
+"""`dojo-lsp --check`: the diagnostics headless, for CI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from dojo_ir.library import KERNELS
+from tests.lsp.fixtures import derived_file
+
+ROOT = Path(__file__).resolve().parents[2]
+BROKEN = "kernel k(x) -> y\nx f32 [4] heap\ny f32 [4] heap\n4 y[{0}] = x[{0}] +\n"
+
+
+def check(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "server.lsp", "--check", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+
+
+def test_errors_are_printed_with_positions_and_fail(tmp_path: Path):
+    bad = tmp_path / "bad.dojo"
+    bad.write_text(BROKEN)
+    good = tmp_path / "good.dojo"
+    good.write_text(KERNELS["add"].small())
+    done = check(str(good), str(bad), str(tmp_path / "missing.dojo"))
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"{bad}:4:20: error: unexpected end of line")
+    assert lines[1].startswith(f"{tmp_path / 'missing.dojo'}:1:1: error: cannot read")
+    assert "checked 3 files: errors" in done.stderr
+
+
+def test_github_annotations(tmp_path: Path):
+    bad = tmp_path / "bad.dojo"
+    bad.write_text(BROKEN)
+    done = check(str(bad), "--format", "github")
+    assert done.returncode == 1
+    assert done.stdout.startswith(f"::error file={bad},line=4,col=20,endLine=4,endColumn=21,title=dojo syntax::")
+
+
+def test_verify_replays_derivations_and_compares_numbers(tmp_path: Path):
+    assert check("examples/softmax.dojo", "--verify").returncode == 0
+    derived = derived_file(tmp_path, "softmax", KERNELS["softmax"].small())
+    text = derived.read_text()
+    moved = text.replace("\nx f32", "\nmove parallelize_scope(op=m#1, depth=0)\n\nx f32", 1)
+    derived.write_text(moved)  # the derivation says parallel, the program is not: they differ
+    done = check(str(derived), "--verify")
+    assert done.returncode == 1 and "the derivation gives" in done.stdout
+    derived.write_text(text)
+    assert check(str(derived), "--verify").returncode == 0
+
+
+def test_valid_files_pass_quietly(tmp_path: Path):
+    good = tmp_path / "good.dojo"
+    good.write_text(KERNELS["add"].small())
+    done = check(str(good))
+    assert done.returncode == 0 and done.stdout == ""

@@ -1,0 +1,22 @@
+from server.lsp.settings import Settings, read_settings
+
+
+def test_nested_and_dotted_settings_read_the_same():
+    nested, _ = read_settings({"target": "arm-neon", "runner": {"url": "http://box:8470", "tokenFile": "~/t"},
+                               "repetitions": 5, "measure": {"automatic": False}})
+    dotted, _ = read_settings({"dojo": {"target": "arm-neon", "runner.url": "http://box:8470",
+                                        "runner.tokenFile": "~/t", "repetitions": 5, "measure.automatic": False}})
+    assert nested == dotted == Settings("arm-neon", "http://box:8470", "~/t", 5, False)
+
+
+def test_a_wrong_value_keeps_its_default_and_is_reported():
+    settings, problems = read_settings({"target": "gpu9000", "repetitions": True, "measure": {"automatic": "yes"}})
+    assert settings == Settings()
+    assert [p.split(" is ")[0] for p in problems] == ["setting `dojo.target`", "setting `dojo.repetitions`",
+                                                      "setting `dojo.measure.automatic`"]
+    assert "expected one of native" in problems[0]
+
+
+def test_unknown_keys_and_nulls_are_ignored():
+    assert read_settings({"server": {"path": "/x"}, "target": None}) == (Settings(), [])
+    assert read_settings(None) == (Settings(), [])
