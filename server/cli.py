@@ -289,18 +289,6 @@ def _summary(name: str, result: RunResult) -> str:
     return line if result.error is None else f"{line}: {result.error}"
 
 
-def _token(url: str, token_file: str | None) -> str:
-    from runner.client import read_token
-
-    try:
-        token = read_token(token_file) if token_file else os.environ.get("DOJO_RUNNER_TOKEN", "").strip()
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise CommandError(f"dojo run: error: cannot read the token: {error}") from None
-    if not token:
-        raise CommandError(f"dojo run: error: the runner at {url} needs a token: --token-file F or DOJO_RUNNER_TOKEN")
-    return token
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     program = _load(args.file)
     spec = None if program.derivation is None else _load(str(spec_path(program, Path(args.file))))
@@ -308,10 +296,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                "min_time_s": args.min_time}
     url = args.runner or os.environ.get("DOJO_RUNNER_URL")
     if url:
-        from runner.client import RemoteRunner, RunnerError
+        from runner.client import RemoteRunner, RunnerError, token_for
 
         try:
-            with RemoteRunner(url, _token(url, args.token_file)) as runner:
+            with RemoteRunner(url, token_for(url, args.token_file)) as runner:
                 result = measure(runner, program, **options)
         except RunnerError as error:
             raise CommandError(f"dojo run: error: {error}") from None

@@ -121,10 +121,11 @@ class Snapshot:
         depth = next((k for k, end in enumerate(tokens) if offset <= end), len(tokens))
         return site.path[: depth + 1] if depth < len(site.chain) else site.path
 
-    @cached_property
+    @property
     def spec(self) -> Program | None:
         """The program this file's derivation starts from, when the file has
-        one and its spec can be read and is valid; None otherwise."""
+        one and its spec can be read and is valid; None otherwise. Read anew
+        each time: the spec is another file, which may change on disk."""
         program, path = self.program, file_path(self.uri)
         if program is None or program.derivation is None or path is None:
             return None

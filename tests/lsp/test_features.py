@@ -37,6 +37,13 @@ async def test_a_derivation_that_does_not_replay_is_reported_at_its_line(editor,
     [found] = await editor.diagnostics(uri)
     assert "move 1 `swap_scopes(op=y, depth=7)` does not apply" in found.message
     assert editor.texts[uri].splitlines()[found.range.start.line].startswith("move swap_scopes")
+    editor.replace(uri, text.replace("depth=7", "depth=0"))  # as it is typed, not only on save
+    [changed] = await editor.diagnostics(uri)
+    assert "depth=0" in changed.message or "the derivation gives" in changed.message
+    (tmp_path / "softmax.spec.dojo").unlink()
+    editor.replace(uri, text.replace("move swap_scopes(op=y, depth=7)\n", ""))
+    [missing] = await editor.diagnostics(uri)
+    assert missing.severity == lsp.DiagnosticSeverity.Warning and "cannot read the spec" in missing.message
 
 
 async def test_hover_shows_the_code_of_the_node_under_the_cursor(editor, tmp_path: Path):

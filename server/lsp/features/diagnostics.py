@@ -1,5 +1,5 @@
-"""Diagnostics: the checker's errors on open and on every change, and the
-derivation's replay on open and save.
+"""Diagnostics: the checker's errors and the derivation's replay, on open, on
+every change and on save (the spec may have changed on disk).
 
 Changes are debounced by cancelling the pending publication: a burst of
 keystrokes is checked once, for its last version. Each publication carries
@@ -27,22 +27,22 @@ _SEVERITY = {"error": lsp.DiagnosticSeverity.Error, "warning": lsp.DiagnosticSev
 def register(server: DojoServer) -> None:
     pending: dict[str, asyncio.Task] = {}
 
-    def schedule(ls: DojoServer, uri: str, replay: bool) -> None:
+    def schedule(ls: DojoServer, uri: str) -> None:
         if (task := pending.pop(uri, None)) is not None:
             task.cancel()
-        pending[uri] = ls.spawn(_publish_later(ls, uri, replay), f"diagnostics of {uri}")
+        pending[uri] = ls.spawn(_publish_later(ls, uri), f"diagnostics of {uri}")
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: DojoServer, params: lsp.DidOpenTextDocumentParams) -> None:
-        schedule(ls, params.text_document.uri, replay=True)
+        schedule(ls, params.text_document.uri)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: DojoServer, params: lsp.DidChangeTextDocumentParams) -> None:
-        schedule(ls, params.text_document.uri, replay=False)
+        schedule(ls, params.text_document.uri)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE, lsp.SaveOptions(include_text=False))
     def did_save(ls: DojoServer, params: lsp.DidSaveTextDocumentParams) -> None:
-        schedule(ls, params.text_document.uri, replay=True)
+        schedule(ls, params.text_document.uri)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: DojoServer, params: lsp.DidCloseTextDocumentParams) -> None:
@@ -53,13 +53,13 @@ def register(server: DojoServer) -> None:
         ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
 
-async def _publish_later(ls: DojoServer, uri: str, replay: bool) -> None:
+async def _publish_later(ls: DojoServer, uri: str) -> None:
     await asyncio.sleep(DEBOUNCE_S)
     try:
         snapshot = ls.snapshot(uri)
     except KeyError:  # closed meanwhile
         return
-    found = snapshot.diagnostics + (derivation_diagnostics(snapshot) if replay else [])
+    found = snapshot.diagnostics + derivation_diagnostics(snapshot)
     ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
         uri=uri, version=snapshot.version, diagnostics=[to_lsp(snapshot, d) for d in found]))
 
