@@ -38,7 +38,6 @@ parallel kernel needs every core, so another process's load shows in its times a
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import statistics
@@ -47,8 +46,6 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from math import prod
 from pathlib import Path
@@ -63,6 +60,7 @@ from dojo_ir import DojoError, Program, interpret, random_inputs, to_text
 from dojo_ir.derivation import without_comments
 from dojo_ir.tree import Node, Op, walk_ops
 
+from .files import exclusive
 from .result import RunResult
 from .verify import compare, decode, encode, interface
 
@@ -162,7 +160,7 @@ class LocalRunner:
         with tempfile.TemporaryDirectory(prefix="dojo-run-") as work:
             given = Path(work) / "inputs.bin"
             given.write_bytes(encode(spec, inputs))
-            with _exclusive(self.cache_dir / "bench.lock"):
+            with exclusive(self.cache_dir / "bench.lock"):
                 outcome = self._execute(binary.path, chosen, program, given, Path(work) / "outputs.bin",
                                         repeats, warmup)
             if outcome.error is not None:
@@ -264,15 +262,3 @@ def _tail(stderr: bytes) -> str:
     if not text:
         return ""
     return f": {'...' if len(text) > _STDERR_TAIL else ''}{text[-_STDERR_TAIL:]}"
-
-
-@contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (created if need be) for the duration."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -31,17 +31,13 @@ it, so `bound_s` is optimistic for such kernels, as a roofline should be.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import math
 import os
 import platform
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
@@ -51,6 +47,8 @@ from codegen.build import BuildError, build, default_cache_dir
 from codegen.targets import Target, native_vector_bytes
 from dojo_ir import Program
 from dojo_ir.tree import DTYPE_BYTES, Access, Binary, Call, Expr, Name, Num, Ref, Unary, walk_ops
+
+from .files import exclusive, write_atomically
 
 __all__ = ["Machine", "MachineError", "Work", "bound_s", "machine_cache_path", "machine_limits", "machine_record",
            "work"]
@@ -376,19 +374,6 @@ def _positive(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
-@contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
-    """Hold the runner's benchmark lock (`bench.lock` in the cache directory, as runner.local takes it), so that
-    the measurement neither disturbs nor is disturbed by a timed kernel."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _measure(directory: Path) -> dict[str, Any]:
     """Build and run the measurement; the record to cache."""
     cores = _cores()
@@ -436,17 +421,6 @@ def _measure(directory: Path) -> dict[str, Any]:
     }
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def machine_record(refresh: bool = False, cache_dir: Path | None = None) -> dict[str, Any]:
     """This machine's limits with how they were measured: `cpu`, `cores`, `bandwidth_Bps`, `peak_flops`,
     `measured` (a timestamp) and `detail` (read and triad bandwidth, their times and bytes, whether the triad
@@ -456,12 +430,12 @@ def machine_record(refresh: bool = False, cache_dir: Path | None = None) -> dict
     if not refresh and (record := _read_record(path)) is not None:
         return record
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive(path.parent / "bench.lock"):
+    with exclusive(path.parent / "bench.lock"):
         # another process may have measured while this one waited for the lock
         if not refresh and (record := _read_record(path)) is not None:
             return record
         record = _measure(path.parent)
-        _write_atomically(path, json.dumps(record, indent=1) + "\n")
+        write_atomically(path, (json.dumps(record, indent=1) + "\n").encode())
     return record
 
 

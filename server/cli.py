@@ -12,7 +12,6 @@ import io
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -25,6 +24,7 @@ from dojo_ir.derivation import record, spec_path, verify
 from dojo_ir.fuzz import fuzz
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import KINDS, Analysis, apply, find, parse_move
+from runner.files import write_atomically
 from runner.measure import MIN_TIME_S, measure
 from runner.result import RunResult
 
@@ -38,19 +38,6 @@ def _read(path: str) -> str:
         return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise CommandError(f"{path}: error: cannot read: {error}") from None
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that a crash leaves the old file or the
-    new one, never half of either."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def _load(path: str):

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from lsprotocol import types as lsp
-from pygls.exceptions import JsonRpcContentModified
+from pygls.exceptions import JsonRpcException
 
 from dojo_ir import diagnose, load, to_text
 from dojo_ir.derivation import advance
@@ -69,8 +69,8 @@ def garbage(rng: random.Random) -> str:
 
 
 class Soak:
-    def __init__(self, editor, uri: str, original: str, rng: random.Random):
-        self.editor, self.uri, self.original, self.rng = editor, uri, original, rng
+    def __init__(self, editor, uri: str, original: str):
+        self.editor, self.uri, self.original = editor, uri, original
         self.counts = {"listed": 0, "no actions": 0, "refused by server": 0, "refused by editor": 0,
                        "stale, not applied": 0, "applied": 0}
 
@@ -85,8 +85,8 @@ class Soak:
         at = lsp.Range(start=lsp.Position(line=index, character=0), end=lsp.Position(line=index + 1, character=0))
         self.editor.edit(self.uri, [lsp.TextEdit(range=at, new_text=new_text)])
 
-    def random_edit(self) -> None:
-        rng, lines = self.rng, self.lines()
+    def random_edit(self, rng: random.Random) -> None:
+        lines = self.lines()
         kind = rng.choices(["variant", "splice", "insert", "empty", "delete", "restore"], [35, 20, 12, 5, 13, 15])[0]
         if kind == "restore" or not lines:
             self.editor.replace(self.uri, self.original)
@@ -105,21 +105,31 @@ class Soak:
         else:
             self.replace_line(index, "")
 
-    async def act(self) -> None:
-        """List the actions at a random line, then resolve one and apply it, while edits go on."""
+    async def act(self, rng: random.Random, type_meanwhile: bool = False) -> None:
+        """List the actions at a random line, then resolve one and apply it, while edits go on;
+        `type_meanwhile`: one more edit is sent right after the resolve request, before its answer."""
         version, text = self.editor.versions[self.uri], self.text
-        line = self.rng.randrange(max(len(self.lines()), 1))
+        lines = self.lines()
+        body = [i for i, text in enumerate(lines) if text[:1].isdigit()]  # where most moves are
+        line = rng.choice(body) if body and rng.random() < 0.7 else rng.randrange(max(len(lines), 1))
         actions = await self.editor.actions(self.uri, line)
         if not actions:
             self.counts["no actions"] += 1
             return
         self.counts["listed"] += 1
-        action = self.rng.choice(actions)
+        action = rng.choice(actions)
         assert action.data["version"] == version, (action.data, version)  # listed for the version it was asked for
         if action.edit is None:
+            resolving = asyncio.ensure_future(self.editor.client.code_action_resolve_async(action))
+            if type_meanwhile:
+                await asyncio.sleep(0)  # the request is sent
+                self.random_edit(rng)
             try:
-                action = await self.editor.client.code_action_resolve_async(action)
-            except JsonRpcContentModified:
+                action = await resolving
+            except JsonRpcException as error:
+                # pygls's client does not map this code to JsonRpcContentModified: check the code
+                if error.code != lsp.LSPErrorCodes.ContentModified:
+                    raise
                 assert self.editor.versions[self.uri] != version, "refused although the document had not changed"
                 self.counts["refused by server"] += 1
                 return
@@ -151,14 +161,19 @@ async def test_soak(editor, tmp_path: Path):
     path.write_text(original)
     uri = editor.open(path)
     assert await editor.diagnostics(uri) == []
-    soak = Soak(editor, uri, original, rng)
+    soak = Soak(editor, uri, original)
     pending: list[asyncio.Task] = []
     for k in range(1, EDITS + 1):
-        soak.random_edit()
+        soak.random_edit(rng)
         if k % 20 == 0:
-            if rng.random() < 0.5:  # often valid when asked, so that there are actions to race with
+            pause = rng.random() < 0.4  # the user pauses: the action is resolved and applied before the next edit
+            if pause or rng.random() < 0.5:  # often valid when asked, so that there are actions to race with
                 editor.replace(uri, original)
-            pending.append(asyncio.ensure_future(soak.act()))
+            # the action's own generator: how the answers interleave with the edits must not change the edits
+            act = soak.act(random.Random(rng.random()), type_meanwhile=pause and rng.random() < 0.4)
+            pending.append(asyncio.ensure_future(act))
+            if pause:
+                await pending[-1]
         await asyncio.sleep(rng.choice([0, 0, 0, 0.001, 0.002]))
     await asyncio.gather(*pending)  # a failed assertion or an unexpected server error surfaces here
 
