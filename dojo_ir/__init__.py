@@ -12,7 +12,7 @@ import re
 from .checker import check
 from .errors import Diagnostic, DojoError
 from .interpreter import interpret, random_inputs
-from .parser import classify, parse, parse_with_diagnostics
+from .parser import classify, parse, parse_with_diagnostics, source_lines
 from .printer import to_text
 from .tree import Program
 
@@ -24,7 +24,7 @@ def diagnose(text: str) -> tuple[Program | None, list[Diagnostic]]:
     program, diagnostics = parse_with_diagnostics(text)
     if program is None:
         return None, diagnostics
-    lines = text.splitlines()
+    lines = source_lines(text)
     unparsed = {
         word
         for d in diagnostics

@@ -491,6 +491,17 @@ class _File:
         )
 
 
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def source_lines(text: str) -> list[str]:
+    """The lines of `text`, ended by `\\n`, `\\r\\n` or `\\r` only, as editors and
+    LSP count them (`str.splitlines` also ends lines at form feeds and other
+    separators, which would put every later position on the wrong line)."""
+    lines = _LINE_END.split(text)
+    return lines[:-1] if lines[-1] == "" else lines
+
+
 def parse_with_diagnostics(text: str) -> tuple[Program | None, list[Diagnostic]]:
     """Parse `text`, collecting every syntax and structure error instead of
     stopping at the first. The program is None only when there is no usable
@@ -498,7 +509,7 @@ def parse_with_diagnostics(text: str) -> tuple[Program | None, list[Diagnostic]]
     file = _File()
     pending: list[str] = []
     first_line = 0
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(source_lines(text), start=1):
         code, comment = _split_comment(raw)
         if not code.strip():
             if comment is not None:
@@ -517,7 +528,7 @@ def parse_with_diagnostics(text: str) -> tuple[Program | None, list[Diagnostic]]
     program = file.program(tuple(pending))
     if program is None:
         line = first_line or 1
-        width = len(text.splitlines()[line - 1]) if first_line else 0
+        width = len(source_lines(text)[line - 1]) if first_line else 0
         where = Span(line, 1, line, max(width, 1) + 1)
         file.diagnostics.insert(0, Diagnostic(where, "expected a kernel line `kernel NAME(INPUTS) -> OUTPUTS` first",
                                               "structure"))

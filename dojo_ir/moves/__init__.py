@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from types import ModuleType
 
 from ..tree import Program
@@ -45,10 +46,13 @@ def _kind(move: Move) -> ModuleType:
     return kind
 
 
-def find(program: Program, analysis: Analysis | None = None) -> list[Move]:
-    """Every legal move in `program`, grouped by kind, in tree order."""
+def find(program: Program, analysis: Analysis | None = None, where: Callable[[Move], bool] | None = None) -> list[Move]:
+    """Every legal move in `program`, grouped by kind, in tree order; with
+    `where`, only those it keeps (asked before the costly legality check, so
+    the editor pays only for the moves at the cursor)."""
     a = analysis or Analysis(program)
-    return [m for kind in KINDS.values() for m in kind.candidates(a) if kind.why_not(a, m) is None]
+    return [m for kind in KINDS.values() for m in kind.candidates(a)
+            if (where is None or where(m)) and kind.why_not(a, m) is None]
 
 
 def why_not(program: Program, move: Move | str, analysis: Analysis | None = None) -> str | None:

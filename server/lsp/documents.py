@@ -25,7 +25,7 @@ from dojo_ir.moves.base import Path as TreePath
 from dojo_ir.parser import classify
 from dojo_ir.tree import Span
 
-from .edits import lines_of
+from .edits import lines_of, units
 
 
 def file_path(uri: str) -> Path | None:
@@ -34,18 +34,18 @@ def file_path(uri: str) -> Path | None:
     return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
 
 
-def utf16_column(line: str, column: int) -> int:
-    """LSP's column (UTF-16 code units, 0-based) of the 1-based character column `column`."""
-    return len(line[: max(column - 1, 0)].encode("utf-16-le")) // 2
+def lsp_column(line: str, column: int, encoding: str) -> int:
+    """LSP's 0-based column, in the negotiated encoding's code units, of the 1-based character column `column`."""
+    return units(line[: max(column - 1, 0)], encoding)
 
 
-def character_column(line: str, character: int) -> int:
-    """The 1-based character column of LSP's 0-based UTF-16 `character`."""
-    units = 0
+def character_column(line: str, character: int, encoding: str) -> int:
+    """The 1-based character column of LSP's 0-based `character` (in the encoding's code units)."""
+    counted = 0
     for index, char in enumerate(line):
-        if units >= character:
+        if counted >= character:
             return index + 1
-        units += 2 if ord(char) > 0xFFFF else 1
+        counted += units(char, encoding)
     return len(line) + 1
 
 
@@ -54,6 +54,7 @@ class Snapshot:
     uri: str
     version: int | None
     text: str
+    encoding: str = "utf-16"  # what LSP columns count, as negotiated with the client
     lines: list[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -78,22 +79,30 @@ class Snapshot:
     def analysis(self) -> Analysis | None:
         return Analysis(self.program) if self.program is not None else None
 
-    @cached_property
-    def moves(self) -> list[Move]:
-        """Every legal move of the program (none for an invalid text)."""
-        return find(self.program, self.analysis) if self.analysis is not None else []
-
     def moves_at(self, first_line: int, last_line: int) -> list[Move]:
         """The legal moves whose node covers any of the 1-based lines
-        `first_line..last_line`, innermost node first."""
-        if self.analysis is None:
+        `first_line..last_line`, innermost node first (none for an invalid
+        text). Remembered per range: a cursor that stays costs nothing."""
+        analysis = self.analysis
+        if analysis is None:
             return []
-        found = []
-        for move in self.moves:
-            lines = self.analysis.lines(move)
-            if lines is not None and lines[0] <= last_line and first_line <= lines[1]:
-                found.append((lines[1] - lines[0], move))
-        return [move for _, move in sorted(found, key=lambda pair: pair[0])]
+        known = self._moves_at.get((first_line, last_line))
+        if known is None:
+            def covers(move: Move) -> bool:
+                lines = analysis.lines(move)
+                return lines is not None and lines[0] <= last_line and first_line <= lines[1]
+
+            def size(move: Move) -> int:
+                first, last = analysis.lines(move)
+                return last - first
+
+            known = self._moves_at[(first_line, last_line)] = sorted(find(analysis.program, analysis, covers),
+                                                                    key=size)
+        return known
+
+    @cached_property
+    def _moves_at(self) -> dict[tuple[int, int], list[Move]]:
+        return {}
 
     def range_of(self, span: Span) -> lsp.Range:
         return lsp.Range(start=self.position(span.line, span.col), end=self.position(span.end_line, span.end_col))
@@ -101,7 +110,7 @@ class Snapshot:
     def position(self, line: int, column: int) -> lsp.Position:
         """LSP's position of a 1-based line and character column."""
         text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
-        return lsp.Position(line=max(line - 1, 0), character=utf16_column(text, column))
+        return lsp.Position(line=max(line - 1, 0), character=lsp_column(text, column, self.encoding))
 
     def kind_of_line(self, line: int) -> str | None:
         """What the 1-based `line` holds (`kernel`, `decl`, `body`, `spec`, `move`), None if blank."""
@@ -116,7 +125,7 @@ class Snapshot:
         site = next((s for s in self.analysis.sites if s.line == line + 1), None)
         if site is None:
             return None
-        offset = character_column(self.lines[line], character) - 1
+        offset = character_column(self.lines[line], character, self.encoding) - 1
         tokens = [match.end() for match in re.finditer(r"\S+", self.lines[line])]
         depth = next((k for k, end in enumerate(tokens) if offset <= end), len(tokens))
         return site.path[: depth + 1] if depth < len(site.chain) else site.path

@@ -30,7 +30,9 @@ VERSION = "0.1.0"
 
 class DojoServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__("dojo-lsp", VERSION, text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
+        # Whole texts: a kernel is a few kilobytes, and incremental sync would have to agree with every
+        # client on what ends a line (pygls's does not, for form feeds and other separators).
+        super().__init__("dojo-lsp", VERSION, text_document_sync_kind=lsp.TextDocumentSyncKind.Full)
         self.settings = Settings()
         self.measurements = Measurements(on_change=self.refresh_inlay_hints)
         self._snapshots: dict[str, Snapshot] = {}
@@ -42,7 +44,8 @@ class DojoServer(LanguageServer):
         document = self.workspace.text_documents[unquote(uri)]  # pygls keys them unquoted
         known = self._snapshots.get(uri)
         if known is None or known.version != document.version or known.text != document.source:
-            known = self._snapshots[uri] = Snapshot(uri, document.version, document.source)
+            known = self._snapshots[uri] = Snapshot(uri, document.version, document.source,
+                                                           self.workspace.position_encoding or "utf-16")
         return known
 
     def forget(self, uri: str) -> None:

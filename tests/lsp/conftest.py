@@ -24,7 +24,7 @@ def server_config() -> ClientServerConfig:
 @pytest_lsp.fixture(config=server_config(), params=CLIENTS)
 async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient):
     lsp_client.set_configuration(SETTINGS)
-    await lsp_client.initialize_session(lsp.InitializeParams(
+    lsp_client.initialize_result = await lsp_client.initialize_session(lsp.InitializeParams(
         capabilities=client_capabilities(request.param), initialization_options=SETTINGS["dojo"],
         workspace_folders=[lsp.WorkspaceFolder(uri=Path.cwd().as_uri(), name="perfdojo")]))
     yield

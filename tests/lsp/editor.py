@@ -10,10 +10,12 @@ from pathlib import Path
 from lsprotocol import types as lsp
 from pytest_lsp import LanguageClient
 
+from server.lsp.edits import lines_of
+
 
 def apply_text_edits(text: str, edits: list[lsp.TextEdit]) -> str:
     """`text` after `edits` (all positions in the original text, as LSP says)."""
-    lines = text.splitlines(keepends=True)
+    lines = lines_of(text)
 
     def offset(position: lsp.Position) -> int:
         if position.line >= len(lines):
@@ -69,14 +71,8 @@ class Editor:
         return self.versions[uri]
 
     def edit(self, uri: str, edits: list[lsp.TextEdit]) -> int:
-        """Send `edits` as incremental changes, as an editor applying them does."""
-        for edit in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
-            self.texts[uri] = apply_text_edits(self.texts[uri], [edit])
-            self.versions[uri] += 1
-            self.client.text_document_did_change(lsp.DidChangeTextDocumentParams(
-                text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]),
-                content_changes=[lsp.TextDocumentContentChangePartial(range=edit.range, text=edit.new_text)]))
-        return self.versions[uri]
+        """Apply `edits` and send the new text (the server asks for whole texts)."""
+        return self.replace(uri, apply_text_edits(self.texts[uri], edits))
 
     def apply(self, edit: lsp.WorkspaceEdit) -> bool:
         """Apply a workspace edit as an editor does: refused whole if any

@@ -56,3 +56,40 @@ def test_valid_files_pass_quietly(tmp_path: Path):
     good.write_text(KERNELS["add"].small())
     done = check(str(good))
     assert done.returncode == 0 and done.stdout == ""
+
+
+def test_the_server_also_listens_on_tcp():
+    import json
+    import socket
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "server.lsp", "--tcp", "--port", str(port)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                connection = socket.create_connection(("127.0.0.1", port), timeout=30)
+                break
+            except ConnectionRefusedError:
+                assert time.monotonic() < deadline and server.poll() is None, "the server did not listen"
+                time.sleep(0.1)
+        with connection:
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                               "params": {"processId": None, "rootUri": None, "capabilities": {}}}).encode()
+            connection.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            stream = connection.makefile("rb")
+            length = int(stream.readline().split(b":")[1])
+            while stream.readline().strip():
+                pass
+            answer = json.loads(stream.read(length))
+        capabilities = answer["result"]["capabilities"]
+        assert capabilities["codeActionProvider"]["resolveProvider"] is True
+        assert set(capabilities["executeCommandProvider"]["commands"]) >= {"dojo.benchmark", "dojo.applyMoves",
+                                                                           "dojo.showGeneratedCode"}
+    finally:
+        server.kill()
+        server.wait()

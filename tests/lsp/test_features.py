@@ -29,6 +29,18 @@ async def test_diagnostics_follow_the_edits_with_their_version(editor, tmp_path:
     assert "`q`" in unknown.message and unknown.range.start.line == 3
 
 
+async def test_columns_count_in_the_negotiated_position_encoding(editor, tmp_path: Path):
+    path = tmp_path / "k.dojo"
+    path.write_text(BROKEN.replace("x[{0}] +", "λx"))
+    uri = editor.open(path)
+    [found] = await editor.diagnostics(uri)
+    encoding = editor.client.initialize_result.capabilities.position_encoding or "utf-16"
+    assert found.range.start.line == 3
+    assert found.range.start.character == len("4 y[{0}] = ")
+    width_of_lambda = {"utf-8": 2, "utf-16": 1, "utf-32": 1}[encoding]  # λ is 2 bytes, 1 UTF-16 unit
+    assert found.range.end.character - found.range.start.character == width_of_lambda
+
+
 async def test_a_derivation_that_does_not_replay_is_reported_at_its_line(editor, tmp_path: Path):
     path = derived_file(tmp_path, "softmax", KERNELS["softmax"].small())
     text = path.read_text().replace("\nx f32", "\nmove swap_scopes(op=y, depth=7)\n\nx f32", 1)

@@ -4,11 +4,10 @@ listed and resolved on the way without waiting for the edits to settle.
 The edits replace, insert and delete whole lines (ranges from column 0 to
 column 0, so no column depends on the position encoding the client and server
 agreed on): a line replaced by a valid variant of itself, a line with garbage
-spliced in (printable characters, unbalanced brackets, "λ", "😀", tabs, CRLF)
-or a line of garbage inserted, an empty line inserted, a line deleted, and
-the original text restored. The garbage leaves out \\x0b, \\x0c, \\x1c-\\x1e,
-\\x85 and U+2028/9: Python's str.splitlines (used by pygls, by the scripted
-editor and by the parser) breaks lines at them and LSP does not.
+spliced in (printable characters, unbalanced brackets, "λ", "😀", tabs, CRLF,
+form feeds and other characters that `str.splitlines` takes for line ends but
+LSP does not) or a line of garbage inserted, an empty line inserted, a line
+deleted, and the original text restored.
 
 Every ~20 edits a code-action request is sent at a random line, and, when its
 answer comes, one action is resolved and applied, while the edits go on. A
@@ -38,12 +37,13 @@ from pygls.exceptions import JsonRpcException
 from dojo_ir import diagnose, load, to_text
 from dojo_ir.derivation import advance
 from dojo_ir.library import KERNELS
+from server.lsp.edits import lines_of
 from tests.lsp.editor import apply_text_edits
 
 KERNEL = "layernorm1"
 EDITS = 1000
 SEED = 20251122
-PRINTABLE = string.printable.replace("\x0b", "").replace("\x0c", "")
+PRINTABLE = string.printable + "\x85\u2028\x1c"
 GARBAGE = [*"([{)]}", "λ", "😀", "\t", "\r\n", "", "((", "]]", "{0", "|", "#"]
 
 
@@ -79,7 +79,7 @@ class Soak:
         return self.editor.texts[self.uri]
 
     def lines(self) -> list[str]:
-        return self.text.splitlines(keepends=True)
+        return lines_of(self.text)
 
     def replace_line(self, index: int, new_text: str) -> None:
         at = lsp.Range(start=lsp.Position(line=index, character=0), end=lsp.Position(line=index + 1, character=0))
@@ -110,7 +110,7 @@ class Soak:
         `type_meanwhile`: one more edit is sent right after the resolve request, before its answer."""
         version, text = self.editor.versions[self.uri], self.text
         lines = self.lines()
-        body = [i for i, text in enumerate(lines) if text[:1].isdigit()]  # where most moves are
+        body = [i for i, each in enumerate(lines) if each[:1].isdigit()]  # where most moves are
         line = rng.choice(body) if body and rng.random() < 0.7 else rng.randrange(max(len(lines), 1))
         actions = await self.editor.actions(self.uri, line)
         if not actions:

@@ -76,7 +76,7 @@ def moves_edit(ls: DojoServer, snapshot: Snapshot, moves: list[str]) -> lsp.Work
 def document_edit(ls: DojoServer, snapshot: Snapshot, new_text: str) -> lsp.WorkspaceEdit:
     """A workspace edit of the snapshot's document into `new_text`: versioned,
     so the client refuses it for any other version, where the client can."""
-    edits = line_edits(snapshot.text, new_text)
+    edits = line_edits(snapshot.text, new_text, snapshot.encoding)
     workspace = ls.client_capabilities.workspace
     if workspace and workspace.workspace_edit and workspace.workspace_edit.document_changes:
         document = lsp.OptionalVersionedTextDocumentIdentifier(uri=snapshot.uri, version=snapshot.version)

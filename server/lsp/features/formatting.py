@@ -17,4 +17,4 @@ def register(server: DojoServer) -> None:
         snapshot = ls.snapshot(params.text_document.uri)
         if snapshot.program is None:
             return []
-        return line_edits(snapshot.text, to_text(snapshot.program))
+        return line_edits(snapshot.text, to_text(snapshot.program), snapshot.encoding)
