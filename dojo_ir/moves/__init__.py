@@ -51,8 +51,8 @@ def find(program: Program, analysis: Analysis | None = None, where: Callable[[Mo
     `where`, only those it keeps (asked before the costly legality check, so
     the editor pays only for the moves at the cursor)."""
     a = analysis or Analysis(program)
-    return [m for kind in KINDS.values() for m in kind.candidates(a)
-            if (where is None or where(m)) and kind.why_not(a, m) is None]
+    return [m for kind in KINDS.values() for m in a.candidates(kind)
+            if (where is None or where(m)) and a.legal(kind, m)]
 
 
 def why_not(program: Program, move: Move | str, analysis: Analysis | None = None) -> str | None:

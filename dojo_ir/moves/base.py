@@ -150,9 +150,41 @@ class Analysis:
         if site is None:
             return None
         depth = args.get("depth")
-        path = site.path if not isinstance(depth, int) else site.path[: depth + 1]
-        inside = [s.line for s in self.sites if s.path[: len(path)] == path and s.line is not None]
-        return (min(inside), max(inside)) if inside else None
+        return self._lines_of(site.path if not isinstance(depth, int) else site.path[: depth + 1])
+
+    def _lines_of(self, path: Path) -> tuple[int, int] | None:
+        found = self._node_lines.get(path, False)
+        if found is False:
+            inside = [s.line for s in self.sites if s.path[: len(path)] == path and s.line is not None]
+            found = self._node_lines[path] = (min(inside), max(inside)) if inside else None
+        return found
+
+    @cached_property
+    def _node_lines(self) -> dict[Path, tuple[int, int] | None]:
+        return {}
+
+    def candidates(self, kind) -> list[Move]:
+        """`kind.candidates(self)`, remembered (the editor filters them per line)."""
+        known = self._candidates.get(kind.NAME)
+        if known is None:
+            known = self._candidates[kind.NAME] = list(kind.candidates(self))
+        return known
+
+    @cached_property
+    def _candidates(self) -> dict[str, list[Move]]:
+        return {}
+
+    def legal(self, kind, move: Move) -> bool:
+        """Whether `kind` (a move module) allows `move` here; remembered, as
+        the editor asks again for the moves of the scopes around each line."""
+        known = self._legal.get(move)
+        if known is None:
+            known = self._legal[move] = kind.why_not(self, move) is None
+        return known
+
+    @cached_property
+    def _legal(self) -> dict[Move, bool]:
+        return {}
 
     @cached_property
     def _touches(self) -> list[tuple[Path, Touch]]:

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcContentModified, JsonRpcRequestCancelled
 from pygls.lsp.server import LanguageServer
 
 from .documents import Snapshot
@@ -72,7 +73,22 @@ class DojoServer(LanguageServer):
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         # a failing request is the client's error response; the server carries on
-        log.error("%s: %s", getattr(source, "__name__", source), error)
+        level = logging.INFO if isinstance(error, EXPECTED_REFUSALS) else logging.ERROR
+        log.log(level, "%s: %s", getattr(source, "__name__", source), error)
+
+
+# Answers that are part of the protocol, not failures: a stale resolve, a cancelled command.
+EXPECTED_REFUSALS = (JsonRpcContentModified, JsonRpcRequestCancelled)
+
+
+class _WithoutExpectedRefusals(logging.Filter):
+    """pygls logs every error answer with its traceback; expected refusals are not worth one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], EXPECTED_REFUSALS))
+
+
+logging.getLogger("pygls.protocol.json_rpc").addFilter(_WithoutExpectedRefusals())
 
 
 def create_server(features: Iterable[ModuleType] | None = None) -> DojoServer:
