@@ -88,10 +88,15 @@ local function request(bufnr, client, method, params, ms)
 end
 """
 
-SESSION_LUA = (
-    DRIVER_PRELUDE
-    + r"""
-local ok, err = pcall(function()
+def driver(body: str) -> str:
+    """A Lua script that runs `body` in a protected call, records its error
+    if it raises, and always writes the result and quits."""
+    return (DRIVER_PRELUDE + "local ok, err = pcall(function()\n" + body
+            + "end)\nif not ok then\n  table.insert(result.errors, tostring(err))\nend\nfinish()\n")
+
+
+SESSION_LUA = driver(
+    r"""
   local diagnostics = nil
   local publish = vim.lsp.handlers["textDocument/publishDiagnostics"]
   vim.lsp.handlers["textDocument/publishDiagnostics"] = function(e, res, ctx, config)
@@ -197,18 +202,11 @@ local ok, err = pcall(function()
   wait(20000, "diagnostics of the broken line", function() return diagnostics ~= nil and #diagnostics > 0 end)
   result.error_line = last
   result.broken_diagnostics = diagnostics
-end)
-if not ok then
-  table.insert(result.errors, tostring(err))
-end
-finish()
 """
 )
 
-ATTACH_LUA = (
-    DRIVER_PRELUDE
-    + r"""
-local ok, err = pcall(function()
+ATTACH_LUA = driver(
+    r"""
   vim.cmd("edit " .. vim.fn.fnameescape(vim.env.DOJO_TEST_FILE))
   local bufnr = vim.api.nvim_get_current_buf()
   local dojo = require("dojo")
@@ -217,18 +215,11 @@ local ok, err = pcall(function()
   wait(20000, "the server to initialize", function() return client.server_capabilities ~= nil end)
   result.root_dir = client.config.root_dir
   result.cmd_cwd = client.config.cmd_cwd
-end)
-if not ok then
-  table.insert(result.errors, tostring(err))
-end
-finish()
 """
 )
 
-SETUP_LUA = (
-    DRIVER_PRELUDE
-    + r"""
-local ok, err = pcall(function()
+SETUP_LUA = driver(
+    r"""
   vim.cmd("edit " .. vim.fn.fnameescape(vim.env.DOJO_TEST_FILE))
   result.filetype = vim.bo.filetype
   result.commentstring = vim.bo.commentstring
@@ -238,11 +229,6 @@ local ok, err = pcall(function()
   }
   result.has_011 = vim.fn.has("nvim-0.11")
   vim.wait(200)
-end)
-if not ok then
-  table.insert(result.errors, tostring(err))
-end
-finish()
 """
 )
 

@@ -7,8 +7,10 @@ from pathlib import Path
 
 from lsprotocol import types as lsp
 
-from dojo_ir import to_text
+from dojo_ir import load, to_text
 from dojo_ir.library import KERNELS
+from dojo_ir.printer import expr_text
+from dojo_ir.tree import walk_ops
 from tests.lsp.fixtures import derived_file
 
 BROKEN = "kernel k(x) -> y\nx f32 [4] heap\ny f32 [4] heap\n4 y[{0}] = x[{0}] +\n"
@@ -144,9 +146,14 @@ async def test_symbols_are_the_kernel_its_buffers_and_its_scope_tree(editor, tmp
     buffers = [c.name for c in kernel.children if c.kind == lsp.SymbolKind.Variable]
     assert buffers[:1] == ["x"] and "y" in buffers
     scopes = [c for c in kernel.children if c.kind == lsp.SymbolKind.Namespace]
-    assert scopes and all(s.children for s in scopes)
-    leaves = [leaf for s in scopes for leaf in s.children[0].children or [s.children[0]]]
-    assert any("exp(" in leaf.name for leaf in leaves) or any("exp(" in c.name for s in scopes for c in s.children)
+    program = load(editor.texts[uri])
+    assert [s.name for s in scopes] == [str(node.size) for node in program.body]
+
+    def leaves(symbol: lsp.DocumentSymbol) -> list[str]:
+        return [symbol.name] if not symbol.children else [name for c in symbol.children for name in leaves(c)]
+
+    assert [name for s in scopes for name in leaves(s)] == [
+        f"{expr_text(op.target)} {op.assign} {expr_text(op.value)}" for op, _ in walk_ops(program.body)]
 
 
 async def test_formatting_rewrites_only_the_lines_not_in_canonical_form(editor, tmp_path: Path):
@@ -160,4 +167,4 @@ async def test_formatting_rewrites_only_the_lines_not_in_canonical_form(editor, 
                                                                                          insert_spaces=True)))
     assert len(edits) == 1 and edits[0].range.end.line - edits[0].range.start.line == 1
     editor.edit(uri, edits)
-    assert editor.texts[uri] == to_text(__import__("dojo_ir").load(canonical))
+    assert editor.texts[uri] == to_text(load(canonical))
