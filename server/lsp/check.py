@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-
 from dojo_ir import Diagnostic, DojoError, interpret, random_inputs
+from runner.verify import compare
 
 from .documents import Snapshot
 from .features.diagnostics import derivation_diagnostics
@@ -42,12 +41,10 @@ def _same_numbers(snapshot: Snapshot) -> Iterator[Diagnostic]:
     except DojoError as error:
         yield from error.diagnostics
         return
-    for name, want in expected.items():
-        got = actual[name]
-        if got.shape != want.shape or not np.allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True):
-            worst = float(np.nanmax(np.abs(got.astype(np.float64) - want))) if got.shape == want.shape else None
-            yield Diagnostic(program.span, f"output `{name}` differs from the spec's"
-                             + (f" (max difference {worst:.3g})" if worst is not None else " (shape)"), "verify")
+    same, worst = compare(spec, actual, expected)
+    if not same:
+        yield Diagnostic(program.span, f"the program's outputs differ from the spec's (largest difference {worst:.3g})",
+                         "verify")
 
 
 def github(diagnostic: Diagnostic, filename: str) -> str:

@@ -115,7 +115,12 @@ class Measurements:
         self._known[key(program, settings)] = Measurement()
         task = asyncio.ensure_future(self.measure(program, spec, settings, settings.repetitions))
         self._background[document] = task
-        task.add_done_callback(lambda done: self._background.get(document) is done and self._background.pop(document))
+
+        def finished(done: asyncio.Task) -> None:
+            if self._background.get(document) is done:
+                del self._background[document]
+
+        task.add_done_callback(finished)
         return self._known[key(program, settings)]
 
     async def measure(self, program: Program, spec: Program | None, settings: Settings, repeats: int) -> Measurement:

@@ -41,7 +41,8 @@ def _cancel_with(future, task: asyncio.Task) -> None:
 async def progress(server: LanguageServer, title: str, cancellable: bool = True) -> AsyncIterator[Report]:
     task = asyncio.current_task()
     assert task is not None
-    request = server.protocol._request_futures.get(server.protocol.msg_id)  # the command's own request
+    # pygls cancels a command's request future on $/cancelRequest but not the coroutine serving it
+    request = server.protocol._request_futures.get(server.protocol.msg_id)
     if request is not None:
         _cancel_with(request, task)
     if not _supports_progress(server):

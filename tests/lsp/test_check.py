@@ -93,3 +93,15 @@ def test_the_server_also_listens_on_tcp():
     finally:
         server.kill()
         server.wait()
+
+
+def test_verify_compares_the_numbers_with_the_specs(tmp_path: Path):
+    from server.lsp.check import _same_numbers
+    from server.lsp.documents import Snapshot
+
+    derived = derived_file(tmp_path, "softmax", KERNELS["softmax"].small())
+    same = Snapshot(derived.as_uri(), None, derived.read_text())
+    assert list(_same_numbers(same)) == []
+    wrong = Snapshot(derived.as_uri(), None, derived.read_text().replace("] / s[", "] * s["))
+    [found] = _same_numbers(wrong)
+    assert found.rule == "verify" and "outputs differ from the spec's" in found.message

@@ -23,12 +23,12 @@ from ..documents import Snapshot
 from ..progress import cancellable, progress
 from ..server import DojoServer
 from .code_actions import document_edit, moves_edit
+from .hover import LANGUAGE_ID
 
 BENCHMARK = "dojo.benchmark"
 SHOW_GENERATED_CODE = "dojo.showGeneratedCode"
 APPLY_MOVES = "dojo.applyMoves"
 EXTENSION = {"c": ".c", "cuda": ".cu", "hip": ".hip"}
-LANGUAGE = {"c": "c", "cuda": "cuda", "hip": "cpp"}
 
 
 def register(server: DojoServer) -> None:
@@ -58,7 +58,7 @@ def register(server: DojoServer) -> None:
         window = ls.client_capabilities.window
         if window and window.show_document and window.show_document.support:
             await ls.window_show_document_async(lsp.ShowDocumentParams(uri=path.as_uri(), take_focus=True))
-        return {"uri": path.as_uri(), "language": LANGUAGE[target.language], "text": text}
+        return {"uri": path.as_uri(), "language": LANGUAGE_ID[target.language], "text": text}
 
     @server.command(APPLY_MOVES)
     @cancellable

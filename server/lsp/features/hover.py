@@ -10,7 +10,8 @@ from codegen import get_target, kernel_source, node_source
 
 from ..server import DojoServer
 
-FENCE = {"c": "c", "cuda": "cuda", "hip": "cpp"}
+# the editors' language id (and Markdown fence) for each target language
+LANGUAGE_ID = {"c": "c", "cuda": "cuda", "hip": "cpp"}
 
 
 def register(server: DojoServer) -> None:
@@ -32,7 +33,7 @@ def register(server: DojoServer) -> None:
             if path is None:
                 return None
             code, about = node_source(program, path, target), ""
-        text = f"```{FENCE[target.language]}\n{code}\n```\n{target.name}" + (f" · {about}" if about else "")
+        text = f"```{LANGUAGE_ID[target.language]}\n{code}\n```\n{target.name}" + (f" · {about}" if about else "")
         return lsp.Hover(contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=text),
                          range=lsp.Range(start=lsp.Position(line=line, character=0),
                                          end=lsp.Position(line=line + 1, character=0)))
