@@ -47,7 +47,12 @@ def register(server: DojoServer) -> None:
         if snapshot.version != data["version"]:
             raise JsonRpcContentModified(f"the document changed (version {data['version']} -> {snapshot.version}) "
                                          "since this action was listed; ask for the actions again")
-        code_action.edit = moves_edit(ls, snapshot, [data["move"]])
+        if snapshot.program is None:  # no action is listed for a text with errors: not our data
+            raise JsonRpcInvalidParams("the document has errors; there is no move to play")
+        try:
+            code_action.edit = moves_edit(ls, snapshot, [data["move"]])
+        except DojoError as error:  # listed legal for this version, so only a client's own data gets here
+            raise JsonRpcInvalidParams(error.diagnostics[0].message) from None
         return code_action
 
 
@@ -62,15 +67,10 @@ def action(ls: DojoServer, snapshot: Snapshot, move: Move, lazy: bool) -> lsp.Co
 
 
 def moves_edit(ls: DojoServer, snapshot: Snapshot, moves: list[str]) -> lsp.WorkspaceEdit:
-    """The edit that plays `moves` on the snapshot's program and records them
-    in its derivation; raises ContentModified if they do not apply to it."""
-    if snapshot.program is None:
-        raise JsonRpcContentModified("the document has errors now; fix them to play moves")
-    try:
-        moved = advance(snapshot.program, moves)
-    except DojoError as error:
-        raise JsonRpcContentModified(error.diagnostics[0].message) from None
-    return document_edit(ls, snapshot, to_text(moved))
+    """The edit that plays `moves` on the snapshot's (valid) program and
+    records them in its derivation; DojoError naming the first that does not apply."""
+    assert snapshot.program is not None
+    return document_edit(ls, snapshot, to_text(advance(snapshot.program, moves)))
 
 
 def document_edit(ls: DojoServer, snapshot: Snapshot, new_text: str) -> lsp.WorkspaceEdit:

@@ -17,7 +17,7 @@ from pygls.exceptions import JsonRpcContentModified, JsonRpcInvalidParams
 
 from codegen import generate, get_target
 from codegen.build import default_cache_dir
-from dojo_ir import Program
+from dojo_ir import DojoError, Program
 
 from ..documents import Snapshot
 from ..progress import cancellable, progress
@@ -72,7 +72,10 @@ def register(server: DojoServer) -> None:
             raise JsonRpcContentModified(f"the document is at version {snapshot.version}, not {version}")
         async with progress(ls, f"Applying {len(moves)} moves") as report:
             report("applying", None)
-            edit = moves_edit(ls, snapshot, moves)
+            try:
+                edit = moves_edit(ls, snapshot, moves)
+            except DojoError as error:
+                raise JsonRpcInvalidParams(f"{APPLY_MOVES}: {error.diagnostics[0].message}") from None
             applied = await apply_edit(ls, f"{len(moves)} moves", edit)
         return {"applied": applied, "moves": len(moves)}
 
