@@ -18,6 +18,7 @@ from strategies import programs
 from dojo_ir import DojoError, check, diagnose, load, parse, to_text
 from dojo_ir.errors import Diagnostic
 from dojo_ir.library import KERNELS
+from dojo_ir.parser import source_lines
 from dojo_ir.tree import Program
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -128,7 +129,7 @@ def _assert_survives(text: str) -> None:
     assert program is None or isinstance(program, Program)
     assert all(isinstance(d, Diagnostic) for d in diagnostics)
     assert program is not None or diagnostics
-    lines = text.splitlines() or [""]  # an empty file is reported on its (empty) first line
+    lines = source_lines(text) or [""]  # an empty file is reported on its (empty) first line
     for d in diagnostics:
         span = d.span
         assert 1 <= span.line <= len(lines), (d, len(lines))
