@@ -2,9 +2,10 @@
 
 Each runs as its own task with cancellable work-done progress, takes the
 document's URI first, and answers with JSON the client (or a script) can use.
-They are the plumbing that the search and agent commands reuse: results that
-arrive later are applied with `apply_text`, one versioned edit that the client
-refuses if the document changed meanwhile.
+They are the plumbing that the search and agent commands reuse: `progress`
+for cancellable work, and a result that arrives later is sent with
+`apply_edit(document_edit(snapshot, new_text))`, one edit for the version it
+was computed from, which the client refuses if the document changed meanwhile.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dojo_ir import DojoError, Program
 from ..documents import Snapshot
 from ..progress import cancellable, progress
 from ..server import DojoServer
-from .code_actions import document_edit, moves_edit
+from .code_actions import moves_edit
 from .hover import LANGUAGE_ID
 
 BENCHMARK = "dojo.benchmark"
@@ -84,11 +85,6 @@ async def apply_edit(ls: DojoServer, label: str, edit: lsp.WorkspaceEdit) -> boo
     """Send `edit` through `workspace/applyEdit`; whether the client applied it."""
     answer = await ls.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(edit=edit, label=f"PerfDojo: {label}"))
     return bool(answer and answer.applied)
-
-
-async def apply_text(ls: DojoServer, snapshot: Snapshot, label: str, new_text: str) -> bool:
-    """Replace the snapshot's document with `new_text`, if it is still at the snapshot's version."""
-    return await apply_edit(ls, label, document_edit(ls, snapshot, new_text))
 
 
 def _argument(args: tuple[Any, ...], index: int, kind: type, command: str, what: str) -> Any:
