@@ -4,7 +4,7 @@ Each runs as its own task with cancellable work-done progress, takes the
 document's URI first, and answers with JSON the client (or a script) can use.
 They are the plumbing that the search and agent commands reuse: `progress`
 for cancellable work, and a result that arrives later is sent with
-`apply_edit(document_edit(snapshot, new_text))`, one edit for the version it
+`apply_edit(ls, label, document_edit(ls, snapshot, new_text))`, one edit for the version it
 was computed from, which the client refuses if the document changed meanwhile.
 """
 
