@@ -22,6 +22,7 @@ class Settings:
     runner_token_file: str = ""
     repetitions: int = 10  # timed repetitions of `dojo.benchmark` (the runner adds more to fill a second)
     measure_automatically: bool = True  # measure in the background for the inlay hint
+    tune_budget: int = 100  # evaluations of `dojo.tune` when the command does not say
 
     @property
     def runner_name(self) -> str:
@@ -36,6 +37,8 @@ _KEYS = {
     "repetitions": ("repetitions", lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1000,
                     "an integer from 1 to 1000"),
     "measure.automatic": ("measure_automatically", lambda v: isinstance(v, bool), "true or false"),
+    "tune.budget": ("tune_budget", lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 100_000,
+                    "an integer from 1 to 100000"),
 }
 
 

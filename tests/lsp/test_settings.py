@@ -3,10 +3,11 @@ from server.lsp.settings import Settings, read_settings
 
 def test_nested_and_dotted_settings_read_the_same():
     nested, _ = read_settings({"target": "arm-neon", "runner": {"url": "http://box:8470", "tokenFile": "~/t"},
-                               "repetitions": 5, "measure": {"automatic": False}})
+                               "repetitions": 5, "measure": {"automatic": False}, "tune": {"budget": 40}})
     dotted, _ = read_settings({"dojo": {"target": "arm-neon", "runner.url": "http://box:8470",
-                                        "runner.tokenFile": "~/t", "repetitions": 5, "measure.automatic": False}})
-    assert nested == dotted == Settings("arm-neon", "http://box:8470", "~/t", 5, False)
+                                        "runner.tokenFile": "~/t", "repetitions": 5, "measure.automatic": False,
+                                        "tune.budget": 40}})
+    assert nested == dotted == Settings("arm-neon", "http://box:8470", "~/t", 5, False, 40)
 
 
 def test_a_wrong_value_keeps_its_default_and_is_reported():

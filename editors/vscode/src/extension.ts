@@ -20,8 +20,8 @@ const LANGUAGE_ID = "dojo";
 const CLIENT_ID = "dojo";
 const CLIENT_NAME = "PerfDojo Language Server";
 
-// The server's commands (dojo.benchmark, dojo.showGeneratedCode, dojo.applyMoves,
-// and later dojo.tune, dojo.agent.continue) are registered by the language
+// The server's commands (dojo.benchmark, dojo.showGeneratedCode, dojo.applyMoves, dojo.tune,
+// and later dojo.agent.continue) are registered by the language
 // client from the server's executeCommandProvider; package.json only gives
 // them titles. Those acting on a document take its uri first: invoked from the
 // command palette they get no arguments, and the active dojo editor's uri is
@@ -108,6 +108,7 @@ function serverSettings(): Record<string, unknown> {
     runner: { url: config.get<string>("runner.url"), tokenFile: config.get<string>("runner.tokenFile") },
     repetitions: config.get<number>("repetitions"),
     measure: { automatic: config.get<boolean>("measure.automatic") },
+    tune: { budget: config.get<number>("tune.budget") },
   };
 }
 

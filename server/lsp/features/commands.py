@@ -36,7 +36,7 @@ def register(server: DojoServer) -> None:
     @server.command(BENCHMARK)
     @cancellable
     async def benchmark(ls: DojoServer, *args: Any) -> dict[str, Any]:
-        snapshot, program = _document(ls, args, BENCHMARK)
+        snapshot, program = document_of(ls, args, BENCHMARK)
         async with progress(ls, f"Benchmarking {program.name} on {ls.settings.target}") as report:
             report(f"building and timing on {ls.settings.runner_name}", None)
             measured = await ls.measurements.measure(program, snapshot.spec, ls.settings, ls.settings.repetitions)
@@ -48,8 +48,8 @@ def register(server: DojoServer) -> None:
     @server.command(SHOW_GENERATED_CODE)
     @cancellable
     async def show_generated_code(ls: DojoServer, *args: Any) -> dict[str, Any]:
-        snapshot, program = _document(ls, args, SHOW_GENERATED_CODE)
-        target = get_target(_argument(args, 1, str, SHOW_GENERATED_CODE, "a target name") or ls.settings.target)
+        snapshot, program = document_of(ls, args, SHOW_GENERATED_CODE)
+        target = get_target(argument(args, 1, str, SHOW_GENERATED_CODE, "a target name") or ls.settings.target)
         async with progress(ls, f"Generating {target.name} code for {program.name}") as report:
             report("generating", None)
             text = generate(program, target)
@@ -64,9 +64,9 @@ def register(server: DojoServer) -> None:
     @server.command(APPLY_MOVES)
     @cancellable
     async def apply_moves(ls: DojoServer, *args: Any) -> dict[str, Any]:
-        snapshot, _ = _document(ls, args, APPLY_MOVES)
-        version = _argument(args, 1, int, APPLY_MOVES, "the document's version")
-        moves = _argument(args, 2, list, APPLY_MOVES, "a list of moves")
+        snapshot, _ = document_of(ls, args, APPLY_MOVES)
+        version = argument(args, 1, int, APPLY_MOVES, "the document's version")
+        moves = argument(args, 2, list, APPLY_MOVES, "a list of moves")
         if version is None or not moves or not all(isinstance(m, str) for m in moves):
             raise JsonRpcInvalidParams(f"{APPLY_MOVES} takes [uri, version, [move, ...]]")
         if version != snapshot.version:
@@ -87,7 +87,7 @@ async def apply_edit(ls: DojoServer, label: str, edit: lsp.WorkspaceEdit) -> boo
     return bool(answer and answer.applied)
 
 
-def _argument(args: tuple[Any, ...], index: int, kind: type, command: str, what: str) -> Any:
+def argument(args: tuple[Any, ...], index: int, kind: type, command: str, what: str) -> Any:
     if index >= len(args) or args[index] is None:
         return None
     if not isinstance(args[index], kind) or isinstance(args[index], bool):
@@ -95,10 +95,10 @@ def _argument(args: tuple[Any, ...], index: int, kind: type, command: str, what:
     return args[index]
 
 
-def _document(ls: DojoServer, args: tuple[Any, ...], command: str) -> tuple[Snapshot, Program]:
+def document_of(ls: DojoServer, args: tuple[Any, ...], command: str) -> tuple[Snapshot, Program]:
     """The snapshot named by the first argument, with its program; a clear
     error if there is none or it has errors."""
-    uri = _argument(args, 0, str, command, "a document URI")
+    uri = argument(args, 0, str, command, "a document URI")
     if uri is None:
         raise JsonRpcInvalidParams(f"{command} needs the document's URI as its first argument")
     try:

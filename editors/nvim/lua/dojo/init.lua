@@ -34,6 +34,7 @@ local defaults = {
     code_action = "<leader>da",
     benchmark = "<leader>db",
     generated_code = "<leader>dg",
+    tune = "<leader>dt",
     format = "<leader>df",
     symbols = "<leader>ds",
     hover = "K",
@@ -250,6 +251,33 @@ function M.benchmark(bufnr)
   end)
 end
 
+--- Search for a faster program (workspace/executeCommand `dojo.tune`); the
+--- server applies the best one found as one edit and records its moves.
+--- `method` (heuristic, sa, random, greedy, naive) is asked for when nil;
+--- `budget` defaults to the `dojo.tune.budget` setting.
+function M.tune(bufnr, method, budget)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local options = vim.empty_dict()
+  if method ~= nil and method ~= "" then
+    options.method = method
+  end
+  if budget ~= nil then
+    options.budget = budget
+  end
+  notify("tuning " .. vim.fn.fnamemodify(vim.api.nvim_buf_get_name(bufnr), ":t") .. " ...")
+  execute(bufnr, "dojo.tune", { vim.uri_from_bufnr(bufnr), options }, function(result)
+    if type(result) ~= "table" then
+      notify("tune returned nothing", vim.log.levels.WARN)
+    elseif result.applied then
+      notify(("tuned: %s -> %s (%.2fx, %d moves, %d evaluations)"):format(format_seconds(result.spec_s),
+        format_seconds(result.time_s), result.speedup or 0, #result.moves, result.evaluations))
+    else
+      notify("tune: " .. tostring(result.reason), vim.log.levels.WARN)
+    end
+    M.last_tune = result
+  end)
+end
+
 local LANGUAGE_FILETYPES = { c = "c", cpp = "cpp", ["c++"] = "cpp", cuda = "cuda", hip = "cpp" }
 
 -- Show the generated code ourselves: the file behind `uri` when it is one, else
@@ -333,6 +361,7 @@ local ACTIONS = {
   code_action = { code_action, "PerfDojo: moves here (code actions)" },
   benchmark = { function() M.benchmark(0) end, "PerfDojo: benchmark" },
   generated_code = { function() M.generated_code(0) end, "PerfDojo: show generated code" },
+  tune = { function() M.tune(0) end, "PerfDojo: tune (search for a faster program)" },
   format = { function() M.format(0) end, "PerfDojo: format" },
   symbols = { function() vim.lsp.buf.document_symbol() end, "PerfDojo: document symbols" },
   hover = { function() vim.lsp.buf.hover() end, "PerfDojo: hover (generated code)" },
@@ -461,6 +490,15 @@ local function define_commands()
     desc = "PerfDojo: show the code generated for this kernel [target]",
     complete = function()
       return { "native", "x86-avx2", "x86-avx512", "arm-neon", "riscv-rvv", "cuda", "hip" }
+    end,
+  })
+  vim.api.nvim_create_user_command("DojoTune", function(args)
+    M.tune(0, args.fargs[1], tonumber(args.fargs[2]))
+  end, {
+    nargs = "*",
+    desc = "PerfDojo: search for a faster program [method] [budget]",
+    complete = function()
+      return { "heuristic", "sa", "random", "greedy", "naive" }
     end,
   })
   vim.api.nvim_create_user_command("DojoApplyMove", function(args)

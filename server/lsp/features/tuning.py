@@ -1,0 +1,87 @@
+"""`dojo.tune`: search for a faster program from the document's kernel, and
+apply the best one found as one versioned edit that records its moves.
+
+The search (agent.tune) runs in a worker thread; progress reports the
+evaluations and the best time so far. Cancelling stops the search and keeps
+the best program found until then, as Ctrl-C does for `dojo tune`: the
+evaluations already paid for are not thrown away. The result is an edit for
+the version the search started from, so the editor refuses it if the document
+changed meanwhile; the answer then carries the moves, for `dojo.applyMoves`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcInvalidParams
+
+from ..documents import file_path
+from ..progress import cancellable, progress
+from ..server import DojoServer
+from .code_actions import moves_edit
+from .commands import apply_edit, argument, document_of
+
+TUNE = "dojo.tune"
+METHODS = ("heuristic", "sa", "random", "greedy", "naive")
+GRAPHS = ("edges", "heuristic")
+
+
+def register(server: DojoServer) -> None:
+    @server.command(TUNE)
+    @cancellable
+    async def tune_command(ls: DojoServer, *args: Any) -> dict[str, Any]:
+        from agent.tune import tune  # the search pulls in more than the editor needs until it is asked for
+
+        snapshot, program = document_of(ls, args, TUNE)
+        options = argument(args, 1, dict, TUNE, "an object {method, budget, graph}") or {}
+        method = options.get("method") or await _ask_method(ls)
+        if method is None:
+            return {"applied": False, "reason": "no method chosen"}
+        budget, graph = options.get("budget", ls.settings.tune_budget), options.get("graph", "edges")
+        if method not in METHODS or graph not in GRAPHS or not isinstance(budget, int) or budget < 1:
+            raise JsonRpcInvalidParams(f"{TUNE}: method is one of {', '.join(METHODS)}, graph one of "
+                                       f"{', '.join(GRAPHS)}, budget a positive integer")
+        stop = threading.Event()
+        loop = asyncio.get_running_loop()
+        async with progress(ls, f"Tuning {program.name} ({method}, {budget} evaluations)") as report:
+            def on_progress(state) -> None:
+                message = f"{state.evaluations}/{state.budget}: best {state.best_s * 1e3:.3g} ms, {state.speedup:.2f}x"
+                loop.call_soon_threadsafe(report, message, int(100 * state.evaluations / max(state.budget, 1)))
+
+            here = file_path(snapshot.uri)
+            search = asyncio.ensure_future(asyncio.to_thread(
+                tune, program, method, budget, spec_path=here.name if here else "spec.dojo", graph=graph,
+                target=ls.settings.target, log=_log_path(here), on_progress=on_progress, should_stop=stop.is_set))
+            try:
+                result = await asyncio.shield(search)
+            except asyncio.CancelledError:
+                stop.set()  # the search returns its best so far at its next evaluation
+                result = await search
+        moves = list(result.moves)
+        answer = {"method": method, "evaluations": result.evaluations, "spec_s": result.spec_s,
+                  "time_s": result.time_s, "speedup": result.spec_s / result.time_s if result.time_s else None,
+                  "moves": moves, "stopped": stop.is_set()}
+        if not moves:
+            return answer | {"applied": False, "reason": "no faster program found"}
+        applied = await apply_edit(ls, f"tune ({len(moves)} moves)", moves_edit(ls, snapshot, moves))
+        return answer | {"applied": applied} | ({} if applied else {"reason": "the document changed meanwhile"})
+
+
+async def _ask_method(ls: DojoServer) -> str | None:
+    """The method, chosen by the user from a message with one button per method."""
+    window = ls.client_capabilities.window
+    if not (window and window.show_message):
+        return METHODS[0]
+    chosen = await ls.window_show_message_request_async(lsp.ShowMessageRequestParams(
+        type=lsp.MessageType.Info, message="PerfDojo: tune with which method?",
+        actions=[lsp.MessageActionItem(title=m) for m in METHODS]))
+    return chosen.title if chosen is not None else None
+
+
+def _log_path(document: Path | None) -> Path | None:
+    """Next to the document, as `dojo tune` keeps it: `kernel.dojo.tune.jsonl`."""
+    return document.with_name(document.name + ".tune.jsonl") if document is not None else None
