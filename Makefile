@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 
 .PHONY: install system editors demo test lint bench clean
 
@@ -38,17 +39,23 @@ $(STAMP): pyproject.toml constraints.txt
 editors: system
 	cd editors/vscode && npm ci --no-audit --no-fund --loglevel=error && npm run --silent ci
 
+# The peers `make bench` compares with (torch, ONNX Runtime, TVM); the tests
+# check their kernels too.
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
 demo: install
 	$(BIN)/python -m server.demo
 
-test: install editors
+test: install $(BENCH_STAMP) editors
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest
 
 lint: install
 	$(BIN)/python -m ruff check .
 
-bench: install
+bench: install $(BENCH_STAMP)
 	$(BIN)/python bench/parse_speed.py
 	$(BIN)/python bench/interpreter_speed.py
 	$(BIN)/python bench/moves_speed.py
