@@ -321,6 +321,78 @@ def cmd_machine(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    # imported here so that the commands that do not tune start without the agent
+    from agent.tune import TuneProgress, tune
+
+    program = _load(args.file)
+    out = Path(args.out)
+    log = out.with_name(out.name + ".jsonl")
+    if not out.resolve().parent.is_dir():
+        raise CommandError(f"{out}: error: cannot write: the directory {out.parent} does not exist")
+    if program.derivation is None:
+        spec, prefix, spec_file = program, [], Path(args.file).resolve()
+    else:  # a derived file: tune from it, its moves are the prefix of every candidate
+        spec_file = spec_path(program, Path(args.file))
+        spec, prefix = _load(str(spec_file)), list(program.derivation.moves)
+    relative = os.path.relpath(spec_file, out.resolve().parent)
+    tty = sys.stderr.isatty()
+
+    def write(moves) -> None:
+        from agent.evaluate import replay_moves
+
+        best, _ = replay_moves(spec, list(moves))
+        write_atomically(out, to_text(record(best, list(moves), relative)).encode())
+
+    def progress(p: TuneProgress) -> None:
+        if p.improved:
+            write(p.best_moves)
+        best = "-" if p.best_s is None else _seconds(p.best_s)
+        speedup = "" if p.speedup is None else f" ({p.speedup:.2f}x)"
+        eta = "" if p.eta_s is None else f", eta {p.eta_s:.0f} s"
+        line = f"{p.evaluations}/{p.budget} evaluations, best {best}{speedup}{eta}"
+        print(f"\r{line:<70}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+
+    options = {"graph": args.graph, "target": args.target, "time_limit_s": args.time_limit, "log": log,
+               "resume": args.resume, "seed": args.seed, "on_progress": progress, "prefix": prefix,
+               "final_min_time_s": args.min_time}
+    url = args.runner or os.environ.get("DOJO_RUNNER_URL")
+    try:
+        if url:
+            from runner.client import RemoteRunner, RunnerError, token_for
+
+            try:
+                with RemoteRunner(url, token_for(url, args.token_file)) as runner:
+                    result = tune(spec, args.method, args.budget, spec_path=relative, runner=runner, **options)
+            except RunnerError as error:
+                raise CommandError(f"dojo tune: error: {error}") from None
+        else:
+            from runner.local import LocalRunner
+
+            result = tune(spec, args.method, args.budget, spec_path=relative, runner=LocalRunner(), **options)
+    except ValueError as error:
+        raise CommandError(f"dojo tune: error: {error}") from None
+    except KeyboardInterrupt:
+        if tty:
+            print(file=sys.stderr)
+        print(f"dojo tune: interrupted; the best program so far is in {out}, every evaluation in {log} "
+              "(--resume continues)", file=sys.stderr)
+        return 130
+    if tty:
+        print(file=sys.stderr)
+    write_atomically(out, to_text(result.program).encode())
+    summary = {"out": str(out), "log": str(log), **{k: v for k, v in result.to_json().items() if k != "history"}}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        spec_s = "-" if result.spec_s is None else _seconds(result.spec_s)
+        best_s = "-" if result.time_s is None else _seconds(result.time_s)
+        speedup = "" if result.speedup is None else f", {result.speedup:.2f}x"
+        print(f"{program.name}: {args.method}: {len(result.moves)} moves, {spec_s} -> {best_s}{speedup} "
+              f"after {result.evaluations} evaluations; wrote {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dojo", description="PerfDojo: optimise ML kernels one legal move at a time.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -399,6 +471,25 @@ def build_parser() -> argparse.ArgumentParser:
     machine.add_argument("--refresh", action="store_true", help="measure again instead of reading the cache")
     machine.add_argument("--json", action="store_true", help="the limits and how they were measured, as JSON")
     machine.set_defaults(run=cmd_machine)
+    tune_ = commands.add_parser("tune", help="optimise a kernel with a pass or a search, timing every candidate")
+    tune_.add_argument("file", metavar="FILE", help="the spec (or a derived file: its moves are kept as a prefix)")
+    tune_.add_argument("--method", required=True, choices=["naive", "greedy", "heuristic", "random", "sa"])
+    tune_.add_argument("--graph", default="edges", choices=["edges", "heuristic"],
+                       help="search graph: one move at a time, or whole candidate sequences (default: edges)")
+    tune_.add_argument("--budget", type=int, default=100, metavar="N",
+                       help="evaluations after the spec's (default: 100)")
+    tune_.add_argument("--time-limit", type=float, metavar="S", help="stop searching after S seconds")
+    tune_.add_argument("--target", default="native", metavar="T", help="a target (default: native)")
+    tune_.add_argument("--seed", type=int, default=0, metavar="S")
+    tune_.add_argument("--min-time", type=float, default=MIN_TIME_S, metavar="S",
+                       help=f"final measurement of the best candidates: at least S s each (default: {MIN_TIME_S:g})")
+    tune_.add_argument("--out", "-o", required=True, metavar="OUT.dojo", help="the best program; log in OUT.dojo.jsonl")
+    tune_.add_argument("--resume", action="store_true", help="continue from OUT.dojo.jsonl")
+    tune_.add_argument("--json", action="store_true", help="the result summary as JSON")
+    tune_.add_argument("--runner", metavar="URL",
+                       help="a runner service (default: $DOJO_RUNNER_URL, else this machine)")
+    tune_.add_argument("--token-file", metavar="F", help="the service's token (default: $DOJO_RUNNER_TOKEN)")
+    tune_.set_defaults(run=cmd_tune)
     return parser
 
 

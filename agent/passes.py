@@ -1,0 +1,356 @@
+"""Optimisation passes: a program in, the list of moves that optimise it out.
+
+The three strategies of the paper's section 4.1:
+
+- `naive`: what a programmer does without looking at the hardware: fuse scopes and reuse
+  storage until nothing is left (`join_scopes`, `reuse_dims`), then keep the folded temporaries
+  on the stack (`set_location`), where each thread has its own copy.
+- `greedy`: naive, then every hardware move wherever it is legal: parallelise the outermost
+  scopes, and vectorise every innermost single-operation scope whose size the target's vector
+  divides (tiling it by the lane count first).
+- `heuristic`: for CPUs with vector units, driven by the target's facts (its vector width in
+  bytes over the dtype's size is the lane count; its cores say whether threads pay). It
+  interchanges loop nests so that the innermost scope walks memory contiguously (matmul becomes
+  i, k, j), fuses and reuses, accumulates reductions in registers (`accumulate`), tiles the
+  innermost contiguous scope by the lane count and vectorises it, tiles a scope that a carried
+  reduction runs inside by 4 and moves the tile innermost, unrolled, to hide the latency of the
+  dependent updates (section 4.1), and parallelises the outermost parallel scope.
+
+Each pass returns move strings, which `dojo_ir.derivation.advance` or a recorded derivation
+replays. A pass only ever plays moves that are legal where it plays them and skips a step that
+is not, so it never fails on a valid program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from codegen.targets import Target, get_target
+from dojo_ir import Program
+from dojo_ir.affine import NotAffine, affine
+from dojo_ir.derivation import without_comments
+from dojo_ir.moves import Analysis, Move, apply, find, why_not
+from dojo_ir.moves.base import Site
+from dojo_ir.tree import DTYPE_BYTES, Op, Scope
+
+VECTOR_WIDTHS = (16, 8, 4, 2)
+LATENCY_TILE = 4  # independent updates in flight to cover a floating-point pipeline (section 4.1)
+_MAX_STEPS = 500  # a bound on any loop of moves; no library kernel comes near it
+
+
+class _State:
+    """A program and the moves played on it."""
+
+    def __init__(self, program: Program):
+        self.program = without_comments(program)
+        self.moves: list[str] = []
+        self._analysis: Analysis | None = None
+
+    @property
+    def analysis(self) -> Analysis:
+        if self._analysis is None:
+            self._analysis = Analysis(self.program)
+        return self._analysis
+
+    def legal(self, move: str) -> bool:
+        try:
+            return why_not(self.program, move, self.analysis) is None
+        except Exception:  # noqa: BLE001 - a move naming something that is not there is not legal
+            return False
+
+    def play(self, move: str | Move) -> bool:
+        """Apply `move` if it is legal here; say whether it was."""
+        text = str(move)
+        if not self.legal(text):
+            return False
+        self.program = apply(self.program, text, self.analysis)
+        self.moves.append(text)
+        self._analysis = None
+        return True
+
+    def play_all(self, moves: list[str]) -> bool:
+        """Apply every move of `moves` or none of them."""
+        program, played, analysis = self.program, len(self.moves), self._analysis
+        for move in moves:
+            if not self.play(move):
+                self.program, self._analysis = program, analysis
+                del self.moves[played:]
+                return False
+        return True
+
+    def find(self, where: Callable[[Move], bool]) -> list[Move]:
+        return find(self.program, self.analysis, where)
+
+
+def _target(target: Target | str) -> Target:
+    return get_target(target) if isinstance(target, str) else target
+
+
+def _exhaust(state: _State, kinds: tuple[str, ...]) -> None:
+    for _ in range(_MAX_STEPS):
+        legal = state.find(lambda m: m.name in kinds)
+        if not legal or not state.play(legal[0]):
+            return
+
+
+def _fuse_and_reuse(state: _State) -> None:
+    """join_scopes and reuse_dims while any applies, then the folded temporaries to the stack."""
+    _exhaust(state, ("join_scopes", "reuse_dims"))
+    _to_stack(state)
+
+
+def _to_stack(state: _State) -> None:
+    for buffer in state.program.buffers:
+        if buffer.location == "heap" and any(d.stored is not None for d in buffer.dims):
+            state.play(f"set_location(buffer={buffer.name}, location=stack)")
+
+
+def naive(program: Program, target: Target | str = "native") -> list[str]:
+    """Fuse and reuse until nothing is left (the paper's naive strategy)."""
+    state = _State(program)
+    _fuse_and_reuse(state)
+    return state.moves
+
+
+def greedy(program: Program, target: Target | str = "native") -> list[str]:
+    """Naive, then every hardware move wherever it is legal."""
+    chosen = _target(target)
+    state = _State(program)
+    _fuse_and_reuse(state)
+    _vectorize(state, chosen)
+    _exhaust(state, ("vectorize_scope",))
+    _parallelize(state, chosen)
+    return state.moves
+
+
+def heuristic(program: Program, target: Target | str = "native") -> list[str]:
+    """The expert pass for CPUs with vector units (see the module's docstring)."""
+    chosen = _target(target)
+    state = _State(program)
+    _interchange(state)
+    _exhaust(state, ("join_scopes",))
+    _accumulate(state)  # before reuse_dims: an accumulator of a folded stack target adds nothing
+    _fuse_and_reuse(state)
+    _vectorize(state, chosen)
+    _latency_tile(state)
+    _parallelize(state, chosen)
+    return state.moves
+
+
+PASSES: dict[str, Callable[[Program, Target | str], list[str]]] = {
+    "naive": naive, "greedy": greedy, "heuristic": heuristic}
+
+
+# -- the steps -------------------------------------------------------------------------------
+
+
+def _op_bytes(program: Program, op: Op) -> int:
+    """The widest dtype that `op` touches, in bytes."""
+    arrays = [op.target.array, *(a.array for a in op.reads)]
+    return max(DTYPE_BYTES[program.buffer_of[a].dtype] for a in arrays if a in program.buffer_of)
+
+
+def lanes(target: Target, dtype_bytes: int) -> int:
+    """How many elements of `dtype_bytes` one of the target's vectors holds."""
+    return max(1, target.vector_bytes // dtype_bytes)
+
+
+def _last_coef(access, depth: int) -> int:
+    """The coefficient of `{depth}` in the last index of `access` (0 for a scalar)."""
+    if not access.index:
+        return 0
+    try:
+        return affine(access.index[-1]).coef(depth)
+    except NotAffine:
+        return 0
+
+
+def _strided(op: Op, depth: int) -> int:
+    """How many of `op`'s accesses would stride through memory with the scope at `depth`
+    innermost: those that use it other than as `{depth}` alone in their last index. An access
+    that does not use it stays put (a register); one with coefficient 1 there is contiguous."""
+    count = 0
+    for access in (op.target, *op.reads):
+        try:
+            forms = [affine(i) for i in access.index]
+        except NotAffine:
+            count += 1
+            continue
+        used = [k for k, f in enumerate(forms) if f.coef(depth)]
+        if used and (used != [len(forms) - 1] or forms[-1].coef(depth) != 1):
+            count += 1
+    return count
+
+
+def _uses(access, depth: int) -> bool:
+    try:
+        return any(affine(i).coef(depth) for i in access.index)
+    except NotAffine:
+        return True
+
+
+def _sites(state: _State) -> list[Site]:
+    return list(state.analysis.sites)
+
+
+def _interchange(state: _State) -> None:
+    """In every perfect loop nest around one operation, move the scope along which most of its
+    accesses are contiguous innermost, when it beats the innermost one."""
+    for label in [s.label for s in _sites(state)]:
+        site = state.analysis.by_label.get(label)
+        if site is None or len(site.chain) < 2:
+            continue
+        chain, op = site.chain, site.op
+        inner = len(chain) - 1
+        strided = [_strided(op, d) for d in range(len(chain))]
+        best = min(range(len(chain)), key=lambda d: (strided[d], -d))
+        if strided[best] >= strided[inner] or any(s.kind for s in chain[best:]):
+            continue
+        # bubble the scope at `best` inward; stop at the first interchange that is not legal
+        for depth in range(best, inner):
+            if not state.play(f"swap_scopes(op={label}, depth={depth})"):
+                break
+
+
+def _accumulate(state: _State) -> None:
+    """Keep each reduction's partial result in a register over the scopes its target does not use."""
+    done: set[str] = set()
+    for _ in range(_MAX_STEPS):
+        for site in _sites(state):
+            if site.op.reduction is None or site.label in done:
+                continue
+            done.add(site.label)
+            used = [d for d in range(len(site.chain)) if _uses(site.op.target, d)]
+            depth = (max(used) + 1) if used else 0
+            if depth < len(site.chain) and state.play(f"accumulate(op={site.label}, depth={depth})"):
+                break  # the labels changed; look again
+        else:
+            return
+
+
+def _vectorize(state: _State, target: Target) -> None:
+    """Tile every innermost sequential single-operation scope by the lane count (or the widest
+    vector width that divides it) and vectorise the tile."""
+    if target.language != "c":
+        return
+    done: set[str] = set()
+    for _ in range(_MAX_STEPS):
+        for site in _sites(state):
+            if site.label in done or not site.chain:
+                continue
+            done.add(site.label)
+            depth = len(site.chain) - 1
+            scope = site.chain[depth]
+            if scope.kind or scope.body != (site.op,) or any(s.kind in ("v",) for s in site.chain):
+                continue
+            most = lanes(target, _op_bytes(state.program, site.op))
+            for width in (w for w in VECTOR_WIDTHS if w <= most and scope.size % w == 0):
+                if scope.size == width:
+                    moves = [f"vectorize_scope(op={site.label}, depth={depth})"]
+                else:
+                    moves = [f"split_scope(op={site.label}, depth={depth}, factor={width})",
+                             f"vectorize_scope(op={site.label}, depth={depth + 1})"]
+                if state.play_all(moves):
+                    break
+            else:
+                continue
+            break
+        else:
+            return
+
+
+def _carries_reduction(site: Site, below: int) -> bool:
+    """Whether a sequential scope deeper than `below` around the operation is one its reduction
+    runs along (a scope its target does not use): each update then waits for the one before."""
+    return site.op.reduction is not None and any(
+        not _uses(site.op.target, d) and not site.chain[d].kind for d in range(below + 1, len(site.chain)))
+
+
+def _latency_tile(state: _State) -> None:
+    """Register tiling for latency hiding (section 4.1's [N, D1, D2] -> [N/4, D1, D2, 4]), for a
+    vectorised reduction that a scope runs along (matmul's k): tile the scope just outside the
+    vector scope and an outer scope of the target by 4 each, move both tiles innermost (just
+    outside the vector scope), unrolled, and the reduction scope just outside them. Then 4 x 4
+    independent vector accumulators stay in registers through the reduction instead of one chain
+    of dependent updates through memory. All or nothing per operation."""
+    for label in [s.label for s in _sites(state)]:
+        site = state.analysis.by_label.get(label)
+        if site is None or len(site.chain) < 3 or site.chain[-1].kind != "v" or site.op.reduction is None:
+            continue
+        target = site.op.target
+        vector = len(site.chain) - 1
+        inner = vector - 1
+        if not _uses(target, inner) or site.chain[inner].kind or not _carries_reduction(site, -1):
+            continue
+        outer = next((d for d in range(inner) if _uses(target, d) and not site.chain[d].kind
+                      and site.chain[d].size % LATENCY_TILE == 0 and site.chain[d].size > LATENCY_TILE), None)
+        if outer is None:
+            continue
+        before = (state.program, list(state.moves))
+        if _register_tile(state, label, outer, inner):
+            continue
+        state.program, state.moves, state._analysis = before[0], before[1], None
+
+
+def _register_tile(state: _State, label: str, outer: int, inner: int) -> bool:
+    moves = []
+    size = state.analysis.by_label[label].chain[inner].size
+    if size > LATENCY_TILE:
+        if size % LATENCY_TILE:
+            return False
+        moves.append(f"split_scope(op={label}, depth={inner}, factor={LATENCY_TILE})")
+    moves.append(f"split_scope(op={label}, depth={outer}, factor={LATENCY_TILE})")
+    if not state.play_all(moves):
+        return False
+    # name every scope around the operation, then sort them into the order wanted
+    chain = state.analysis.by_label[label].chain
+    n = len(chain)
+    it, jt, vector = outer + 1, n - 2, n - 1
+    target = state.analysis.by_label[label].op.target
+    reductions = [d for d in range(n) if not _uses(target, d) and d not in (it, jt, vector)]
+    others = [d for d in range(n) if d not in reductions and d not in (it, jt, vector)]
+    wanted = others + reductions + [it, jt, vector]
+    current = list(range(n))
+    for position, scope in enumerate(wanted):
+        at = current.index(scope)
+        for depth in range(at - 1, position - 1, -1):  # bubble it out to `position`
+            if not _swap_alone(state, label, depth):
+                return False
+            current[depth], current[depth + 1] = current[depth + 1], current[depth]
+    return state.play(f"unroll_scope(op={label}, depth={n - 3})") and \
+        state.play(f"unroll_scope(op={label}, depth={n - 2})")
+
+
+def _swap_alone(state: _State, label: str, depth: int) -> bool:
+    """Interchange the scope at `depth` around `label` with its child, splitting off (fission)
+    the siblings of the child first when it is not alone."""
+    site = state.analysis.by_label.get(label)
+    if site is None or depth + 1 >= len(site.chain):
+        return False
+    scope: Scope = site.chain[depth]
+    if len(scope.body) > 1:
+        index = site.path[depth + 1]
+        if index > 0 and not state.play(f"fission(op={label}, depth={depth})"):
+            return False
+        site = state.analysis.by_label[label]
+        scope = site.chain[depth]
+        if len(scope.body) > 1:
+            after = state.analysis.first_site(site.path[: depth + 1] + (1,)).label
+            if not state.play(f"fission(op={after}, depth={depth})"):
+                return False
+    return state.play(f"swap_scopes(op={label}, depth={depth})")
+
+
+def _parallelize(state: _State, target: Target) -> None:
+    """Run the outermost scope that allows it on the target's cores, in every loop nest."""
+    if target.language != "c" or target.cores < 2:
+        return
+    for label in [s.label for s in _sites(state)]:
+        site = state.analysis.by_label.get(label)
+        if site is None or any(s.kind in ("p", "g", "b", "w") for s in site.chain):
+            continue
+        for depth, scope in enumerate(site.chain):
+            if scope.kind:
+                break
+            if scope.size >= 2 and state.play(f"parallelize_scope(op={label}, depth={depth})"):
+                break

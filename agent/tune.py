@@ -1,0 +1,187 @@
+"""`tune`: the one entry point to the passes and the searches, for the CLI and the editor.
+
+    result = tune(spec, "sa", 50, spec_path="softmax.dojo", log=Path("out.dojo.jsonl"))
+    result.program      # the best program, its derivation recorded from `spec_path`
+    result.time_s       # its time, measured again for at least `final_min_time_s`
+
+Evaluation 0 is the starting program (the spec, or the spec after `prefix`); the budget counts
+the evaluations after it. A pass (`naive`, `greedy`, `heuristic`) spends one evaluation. A search
+(`random`, `sa`) spends up to `budget`, stopping earlier at `time_limit_s`, when `should_stop()`
+says so (polled between evaluations), or when it keeps meeting programs it knows. Then, as
+single timings of a few repetitions are noisy, the best few distinct programs and the start are
+measured again with `runner.measure.measure` and the fastest of those wins; a pass's result is
+measured again with the start. A search stopped by `should_stop` skips that step and returns
+the best so far as the search timed it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from codegen.targets import get_target
+from dojo_ir import Program
+from dojo_ir.derivation import record, without_comments
+from runner.measure import Runner, measure
+
+from .evaluate import INF, Evaluation, Evaluator, text_hash
+from .passes import PASSES
+from .search import METHODS, make_graph
+
+FINALISTS = 3
+
+
+@dataclass(frozen=True)
+class TuneProgress:
+    """Where a tuning run is, after each evaluation. Times are in seconds, None while unknown
+    (or when every program so far failed). `best_moves` are the best program's moves from the
+    spec; `improved` says whether this evaluation found a new best."""
+
+    evaluations: int
+    budget: int
+    best_s: float | None
+    spec_s: float | None
+    speedup: float | None
+    eta_s: float | None
+    improved: bool = False
+    best_moves: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """The outcome. `program` is the winner with its derivation recorded (`spec_path` plus
+    `moves`, every move from the spec); `time_s` and `spec_s` are the final measurements of the
+    winner and of the start; `history` is (evaluation index, best time so far) after each
+    evaluation, evaluation 0 being the start, for convergence plots (inf while none succeeded)."""
+
+    program: Program
+    moves: list[str]
+    time_s: float | None
+    spec_s: float | None
+    evaluations: int
+    history: list[tuple[int, float]] = field(default_factory=list)
+    method: str = ""
+    graph: str = ""
+    stopped_early: bool = False
+
+    @property
+    def speedup(self) -> float | None:
+        if self.time_s is None or self.spec_s is None or self.time_s <= 0:
+            return None
+        return self.spec_s / self.time_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {"method": self.method, "graph": self.graph, "moves": self.moves, "time_s": self.time_s,
+                "spec_s": self.spec_s, "speedup": self.speedup, "evaluations": self.evaluations,
+                "stopped_early": self.stopped_early,
+                "history": [[i, None if math.isinf(t) else t] for i, t in self.history]}
+
+
+def _finite(x: float) -> float | None:
+    return None if math.isinf(x) else x
+
+
+def tune(spec: Program, method: str, budget: int, *, spec_path: str, graph: str = "edges",
+         target: str = "native", runner: Runner | None = None, time_limit_s: float | None = None,
+         log: Path | None = None, resume: bool = False, seed: int = 0,
+         on_progress: Callable[[TuneProgress], None] | None = None,
+         should_stop: Callable[[], bool] | None = None, prefix: Sequence[str] = (),
+         repeats: int = 3, finalists: int = FINALISTS, final_min_time_s: float = 1.0) -> TuneResult:
+    """Optimise `spec` with `method` (naive, greedy, heuristic, random or sa) within `budget`
+    evaluations; see the module's docstring. `prefix` are moves already played from the spec (a
+    derived file's): the search starts after them and the result's moves begin with them."""
+    if method not in PASSES and method not in METHODS:
+        raise ValueError(f"unknown method `{method}`; expected one of {', '.join([*PASSES, *METHODS])}")
+    if budget < 0:
+        raise ValueError(f"the budget must be at least 0, not {budget}")
+    facts = get_target(target)
+    if runner is None:
+        from runner.local import LocalRunner
+
+        runner = LocalRunner()
+    stopped_by_user = False
+
+    def stop() -> bool:
+        nonlocal stopped_by_user
+        if should_stop is not None and should_stop():
+            stopped_by_user = True
+        return stopped_by_user
+
+    evaluator = Evaluator(spec, prefix=prefix, runner=runner, target=target, repeats=repeats, warmup=1, log=log,
+                          budget=max(budget, 1) if method in PASSES else budget, time_limit_s=time_limit_s,
+                          should_stop=stop)
+    session_start = [0]
+    start_hash = text_hash(evaluator.start)
+
+    def progress(evaluation: Evaluation | None, improved: bool) -> None:
+        if on_progress is None:
+            return
+        spec_s = _finite(evaluator.cache.get(start_hash, INF))
+        best = _finite(evaluator.best_cost)
+        done = evaluator.evaluations
+        fresh = done - session_start[0]
+        eta = None
+        if fresh > 0:
+            eta = evaluator.elapsed_s / fresh * max(0, evaluator.budget - done) if evaluator.budget else None
+            if time_limit_s is not None:
+                eta = min(eta if eta is not None else INF, max(0.0, time_limit_s - evaluator.elapsed_s))
+        on_progress(TuneProgress(done, budget, best, spec_s, spec_s / best if spec_s and best else None, eta,
+                                 improved, tuple(prefix) + tuple(evaluator.best_moves)))
+
+    evaluator.on_evaluation = progress
+    if log is not None:
+        if resume:
+            if evaluator.resume(log):
+                session_start[0] = evaluator.evaluations
+                progress(None, True)
+        else:
+            log.write_text("", encoding="utf-8")
+    evaluator.evaluate([])  # evaluation 0, cached when resumed
+
+    if method in PASSES:
+        moves = PASSES[method](evaluator.start, facts)
+        program, applied = evaluator.program(moves)
+        if not evaluator.stopped() or evaluator.known(program) is not None:
+            try:
+                evaluator.evaluate(applied, program)
+            except Exception:  # noqa: BLE001 - BudgetExhausted: the user stopped before it ran
+                pass
+        candidates = [tuple(applied)]
+    else:
+        METHODS[method](evaluator, make_graph(graph, evaluator, facts), seed)
+        candidates = [moves for _, moves in evaluator.ranked()[:finalists]]
+        if not candidates:
+            candidates = [tuple(evaluator.best_moves)]
+
+    if stopped_by_user:
+        chosen = candidates[0] if method in PASSES else tuple(evaluator.best_moves)
+        time_s = _finite(evaluator.known(evaluator.program(chosen)[0]) or INF)
+        spec_s = _finite(evaluator.cache.get(start_hash, INF))
+    else:
+        chosen, time_s, spec_s = _final(evaluator, runner, target, candidates, method in PASSES, final_min_time_s)
+    best_program, _ = evaluator.program(chosen)
+    moves = list(prefix) + list(chosen)
+    program = record(without_comments(best_program), moves, spec=spec_path)
+    return TuneResult(program, moves, time_s, spec_s, evaluator.evaluations, list(evaluator.history), method,
+                      graph if method in METHODS else "", stopped_by_user)
+
+
+def _final(evaluator: Evaluator, runner: Runner, target: str, candidates: list[tuple[str, ...]], is_pass: bool,
+           min_time_s: float) -> tuple[tuple[str, ...], float | None, float | None]:
+    """Measure the candidates and the start again, for at least `min_time_s` each; the fastest
+    candidate that verifies wins (a pass's one candidate wins whatever its time)."""
+    timed: dict[tuple[str, ...], float] = {}
+    for moves in dict.fromkeys([(), *candidates]):
+        program, _ = evaluator.program(moves)
+        result = measure(runner, program, target=target, repeats=max(evaluator.repeats, 3), warmup=1,
+                         spec=evaluator.spec, min_time_s=min_time_s)
+        timed[moves] = result.median_s if result.ok and result.median_s is not None else INF
+    spec_s = _finite(timed[()])
+    if is_pass:
+        return candidates[0], _finite(timed[candidates[0]]), spec_s
+    pool = [*candidates, ()]
+    best = min(pool, key=lambda m: (timed[m], pool.index(m)))
+    return best, _finite(timed[best]), spec_s

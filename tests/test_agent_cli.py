@@ -1,0 +1,86 @@
+"""`dojo tune` end to end: the output replays, the log is written, Ctrl-C keeps the best."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_agent_search import FakeRunner
+
+import runner.local
+from dojo_ir import load
+from dojo_ir.library import KERNELS
+from server.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def dojo(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture
+def softmax(tmp_path: Path) -> Path:
+    path = tmp_path / "softmax.dojo"
+    path.write_text(KERNELS["softmax"].text(m=4, n=16))
+    return path
+
+
+def test_tune_writes_a_program_that_replays_and_the_log(softmax: Path, tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    out = tmp_path / "out" / "best.dojo"
+    done = dojo("tune", str(softmax), "--method", "sa", "--budget", "4", "--min-time", "0", "--out", str(out),
+                "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["evaluations"] <= 4 and summary["time_s"] > 0 and summary["spec_s"] > 0
+    assert 'spec "../softmax.dojo"' in out.read_text()
+    replayed = dojo("replay", str(out))
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    entries = [json.loads(line) for line in (tmp_path / "out" / "best.dojo.jsonl").read_text().splitlines()]
+    assert entries[0]["index"] == 0 and entries[0]["ok"] and len(entries) == summary["evaluations"] + 1
+    assert "evaluations, best" in done.stderr
+
+
+def test_tune_resumes_from_its_log_and_tunes_a_derived_file(softmax: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "best.dojo"
+    fake = FakeRunner()
+    monkeypatch.setattr(runner.local, "LocalRunner", lambda: fake)
+    common = [str(softmax), "--method", "random", "--min-time", "0", "--out", str(out)]
+    assert main(["tune", *common, "--budget", "3"]) == 0
+    assert main(["tune", *common, "--budget", "6", "--resume"]) == 0
+    log = [json.loads(line) for line in out.with_name("best.dojo.jsonl").read_text().splitlines()]
+    assert [e["index"] for e in log] == list(range(len(log))) and len(log) <= 7
+    assert len({e["hash"] for e in log}) == len(log)  # nothing evaluated twice
+    assert main(["replay", str(out)]) == 0
+    # a derived file: its moves are kept as a prefix, and the result still replays from the spec
+    again = tmp_path / "again.dojo"
+    assert main(["tune", str(out), "--method", "naive", "--min-time", "0", "--out", str(again)]) == 0
+    prefix = load(out.read_text()).derivation.moves
+    assert load(again.read_text()).derivation.moves[:len(prefix)] == prefix
+    assert main(["replay", str(again)]) == 0
+
+
+def test_ctrl_c_keeps_the_best_so_far(softmax: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "best.dojo"
+    monkeypatch.setattr(runner.local, "LocalRunner", lambda: FakeRunner(interrupt_at=5))
+    code = main(["tune", str(softmax), "--method", "sa", "--budget", "50", "--out", str(out)])
+    assert code == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert main(["replay", str(out)]) == 0
+    log = out.with_name("best.dojo.jsonl").read_text().splitlines()
+    assert len(log) == 5
+    best = min((json.loads(line) for line in log), key=lambda e: e["median_s"])
+    assert list(load(out.read_text()).derivation.moves) == best["moves"]
+
+
+def test_tune_rejects_an_unknown_method_and_a_missing_directory(softmax: Path, tmp_path: Path) -> None:
+    assert dojo("tune", str(softmax), "--method", "magic", "--out", str(tmp_path / "o.dojo")).returncode == 2
+    missing = dojo("tune", str(softmax), "--method", "naive", "--out", str(tmp_path / "no" / "o.dojo"))
+    assert missing.returncode == 1 and "does not exist" in missing.stderr

@@ -1,0 +1,187 @@
+"""The evaluator, the searches and `tune` (agent/), with a fake runner whose time is a pure
+function of the program's text: a test double for the search logic, so that no test here
+depends on this machine's timing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.evaluate import Evaluator, text_hash
+from agent.tune import TuneProgress, tune
+from dojo_ir import interpret, load, random_inputs, to_text
+from dojo_ir.derivation import verify, without_comments
+from dojo_ir.library import KERNELS
+from runner.result import RunResult
+
+
+class FakeRunner:
+    """Times are 1-2 ms, a hash of the text; a program containing `fail_marker` fails."""
+
+    def __init__(self, fail_marker: str | None = None, interrupt_at: int | None = None):
+        self.calls: list[str] = []
+        self.fail_marker = fail_marker
+        self.interrupt_at = interrupt_at
+
+    def run(self, program, target="native", repeats=10, warmup=2, spec=None) -> RunResult:
+        text = to_text(program)
+        if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
+            raise KeyboardInterrupt
+        self.calls.append(text)
+        if self.fail_marker is not None and self.fail_marker in text:
+            return RunResult.failed(target, "it crashed", repeats)
+        median = 1e-3 * (1 + int(hashlib.sha256(text.encode()).hexdigest()[:6], 16) / 0xFFFFFF)
+        # fewer lines run faster, so that a search has somewhere to go
+        median *= 1 + 0.1 * text.count("\n")
+        return RunResult(target, median, median, median, repeats, 0.0, True, 0.0, None, (median,) * repeats)
+
+
+def _spec(name: str = "softmax", **shape: int):
+    return load(KERNELS[name].text(**shape) if shape else KERNELS[name].small())
+
+
+def _same_meaning(spec, program) -> None:
+    inputs = random_inputs(spec, 0)
+    expected, actual = interpret(spec, inputs), interpret(program, inputs)
+    for name in spec.outputs:
+        np.testing.assert_allclose(actual[name], expected[name], rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+SEARCHES = [("random", "edges"), ("random", "heuristic"), ("sa", "edges"), ("sa", "heuristic")]
+
+
+@pytest.mark.parametrize(("method", "graph"), SEARCHES)
+def test_a_search_respects_the_budget_and_returns_a_best_that_replays(method: str, graph: str) -> None:
+    spec, runner = _spec(m=4, n=16), FakeRunner()
+    result = tune(spec, method, 12, spec_path="spec.dojo", graph=graph, runner=runner, seed=3,
+                  final_min_time_s=0.0)
+    assert result.evaluations <= 12
+    searched = len(runner.calls) - 4  # the final measurement: the spec and at most 3 finalists
+    assert searched <= 13  # evaluation 0 (the spec) and 12 more
+    assert verify(result.program, spec) == []
+    assert result.program.derivation.spec == "spec.dojo"
+    assert list(result.program.derivation.moves) == result.moves
+    _same_meaning(spec, result.program)
+    assert result.time_s is not None and result.spec_s is not None
+    assert result.history[0][0] == 0 and [t for _, t in result.history] == sorted((t for _, t in result.history),
+                                                                                 reverse=True)
+
+
+@pytest.mark.parametrize(("method", "graph"), SEARCHES)
+def test_a_search_is_deterministic_for_a_seed(method: str, graph: str) -> None:
+    spec = _spec(m=4, n=16)
+    tried = []
+    for _ in range(2):
+        runner = FakeRunner()
+        tune(spec, method, 10, spec_path="s.dojo", graph=graph, runner=runner, seed=7, final_min_time_s=0.0)
+        tried.append(runner.calls)
+    assert tried[0] == tried[1]
+    other = FakeRunner()
+    tune(spec, method, 10, spec_path="s.dojo", graph=graph, runner=other, seed=8, final_min_time_s=0.0)
+    assert other.calls != tried[0] or method == "sa"  # another seed goes elsewhere (usually)
+
+
+def test_the_evaluator_caches_by_canonical_text_and_failures_cost_infinity(tmp_path: Path) -> None:
+    spec = _spec(m=4, n=16)
+    runner = FakeRunner(fail_marker=":p")
+    evaluator = Evaluator(spec, runner=runner, log=tmp_path / "log.jsonl")
+    first = evaluator.evaluate([])
+    assert evaluator.evaluate([]) == first and len(runner.calls) == 1
+    # two orders of the same two independent moves give one program: one evaluation
+    a = ["reuse_dims(buffer=m, dim=0)"]
+    fused = ["join_scopes(op=m#1, depth=0)"]
+    evaluator.evaluate(fused + a)
+    calls = len(runner.calls)
+    assert evaluator.evaluate(fused + a) is not None and len(runner.calls) == calls
+    assert evaluator.evaluate(["parallelize_scope(op=m#1, depth=0)"]) == float("inf")
+    lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [e["index"] for e in lines] == list(range(len(lines)))
+    assert lines[-1]["ok"] is False and lines[-1]["median_s"] is None and lines[-1]["error"]
+    assert lines[0]["moves"] == [] and lines[0]["hash"] == text_hash(spec)
+
+
+@pytest.mark.parametrize("method", ["random", "sa"])
+def test_the_log_resumes_without_running_anything_again(tmp_path: Path, method: str) -> None:
+    spec, log = _spec(m=4, n=16), tmp_path / "out.dojo.jsonl"
+    first = FakeRunner()
+    tune(spec, method, 5, spec_path="s.dojo", runner=first, log=log, seed=2, final_min_time_s=0.0)
+    searched = first.calls[:6]  # evaluation 0 and five more; then the final measurement
+    assert len(log.read_text().splitlines()) == 6
+    second = FakeRunner()
+    result = tune(spec, method, 10, spec_path="s.dojo", runner=second, log=log, seed=2, resume=True,
+                  final_min_time_s=0.0)
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [e["index"] for e in entries] == list(range(len(entries))) and len(entries) <= 11
+    assert result.evaluations == len(entries) - 1
+    new = second.calls[:len(entries) - 6]
+    assert not set(new) & set(searched)  # the first five were not run again
+    # and the resumed run is the run that would have been: the same programs, in the same order
+    whole = FakeRunner()
+    tune(spec, method, 10, spec_path="s.dojo", runner=whole, seed=2, final_min_time_s=0.0)
+    assert whole.calls[:len(entries)] == searched + new
+
+
+def test_resume_restores_the_best_program(tmp_path: Path) -> None:
+    spec, log = _spec(m=4, n=16), tmp_path / "log.jsonl"
+    tune(spec, "random", 8, spec_path="s.dojo", runner=FakeRunner(), log=log, seed=1, final_min_time_s=0.0)
+    evaluator = Evaluator(spec, runner=FakeRunner())
+    assert evaluator.resume(log) == 9
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    best = min((e for e in entries if e["ok"]), key=lambda e: e["median_s"])
+    assert evaluator.best_cost == best["median_s"] and evaluator.best_moves == tuple(best["moves"])
+    assert text_hash(evaluator.best_program) == best["hash"]
+    with pytest.raises(ValueError):
+        Evaluator(_spec(m=4, n=8), runner=FakeRunner()).resume(log)
+
+
+def test_should_stop_ends_the_search_early_with_the_best_so_far() -> None:
+    spec, runner = _spec(m=4, n=16), FakeRunner()
+    seen: list[TuneProgress] = []
+    result = tune(spec, "sa", 50, spec_path="s.dojo", runner=runner, on_progress=seen.append,
+                  should_stop=lambda: len(seen) >= 4, final_min_time_s=0.0)
+    assert result.stopped_early and result.evaluations == 3 and len(runner.calls) == 4
+    assert verify(result.program, spec) == []
+    assert result.time_s == min(t for _, t in result.history)
+    assert seen[-1].evaluations == 3 and seen[-1].budget == 50 and seen[-1].best_s == result.time_s
+    assert seen[0].spec_s == seen[0].best_s and seen[0].speedup == 1.0
+
+
+@pytest.mark.parametrize("method", ["naive", "greedy", "heuristic"])
+def test_a_pass_spends_one_evaluation(method: str) -> None:
+    spec, runner = _spec(m=4, n=16), FakeRunner()
+    result = tune(spec, method, 100, spec_path="s.dojo", runner=runner, final_min_time_s=0.0)
+    assert result.evaluations == 1 and len(runner.calls) <= 4
+    assert verify(result.program, spec) == [] and result.moves
+    _same_meaning(spec, result.program)
+
+
+def test_a_derived_start_keeps_its_moves_as_the_prefix() -> None:
+    spec = _spec(m=4, n=16)
+    prefix = ["join_scopes(op=m#1, depth=0)"]
+    result = tune(spec, "random", 5, spec_path="s.dojo", runner=FakeRunner(), prefix=prefix, seed=0,
+                  final_min_time_s=0.0)
+    assert result.moves[:1] == prefix and verify(result.program, spec) == []
+
+
+def test_the_final_measurement_picks_the_fastest_finalist() -> None:
+    """A program that timed fast once but is slow when measured again loses to the runner-up."""
+    spec = _spec(m=4, n=16)
+    first = tune(spec, "random", 10, spec_path="s.dojo", runner=FakeRunner(), seed=4, final_min_time_s=0.0)
+    lucky = to_text(without_comments(first.program))
+
+    class Noisy(FakeRunner):
+        def run(self, program, target="native", repeats=10, warmup=2, spec=None) -> RunResult:
+            result = super().run(program, target, repeats, warmup, spec)
+            if self.calls[-1] == lucky and self.calls.count(lucky) > 1:  # measured again, it is slow
+                slow = result.median_s * 10
+                return RunResult(target, slow, slow, slow, repeats, 0.0, True, 0.0, None, (slow,) * repeats)
+            return result
+
+    second = tune(spec, "random", 10, spec_path="s.dojo", runner=Noisy(), seed=4, final_min_time_s=0.0)
+    assert to_text(without_comments(second.program)) != lucky
+    assert second.time_s is not None and second.time_s > first.time_s
+    assert verify(second.program, spec) == []
