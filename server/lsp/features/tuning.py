@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
@@ -25,6 +25,9 @@ from ..server import DojoServer
 from .code_actions import moves_edit
 from .commands import apply_edit, argument, document_of
 
+if TYPE_CHECKING:
+    from agent.tune import TuneProgress
+
 TUNE = "dojo.tune"
 METHODS = ("heuristic", "sa", "random", "greedy", "naive")
 GRAPHS = ("edges", "heuristic")
@@ -34,7 +37,7 @@ def register(server: DojoServer) -> None:
     @server.command(TUNE)
     @cancellable
     async def tune_command(ls: DojoServer, *args: Any) -> dict[str, Any]:
-        from agent.tune import tune  # the search pulls in more than the editor needs until it is asked for
+        from agent.tune import tune  # the search is loaded when it is first asked for
 
         snapshot, program = document_of(ls, args, TUNE)
         options = argument(args, 1, dict, TUNE, "an object {method, budget, graph}") or {}
@@ -48,9 +51,11 @@ def register(server: DojoServer) -> None:
         stop = threading.Event()
         loop = asyncio.get_running_loop()
         async with progress(ls, f"Tuning {program.name} ({method}, {budget} evaluations)") as report:
-            def on_progress(state) -> None:
-                message = f"{state.evaluations}/{state.budget}: best {state.best_s * 1e3:.3g} ms, {state.speedup:.2f}x"
-                loop.call_soon_threadsafe(report, message, int(100 * state.evaluations / max(state.budget, 1)))
+            def on_progress(state: TuneProgress) -> None:
+                best = f"best {state.best_s * 1e3:.3g} ms, {state.speedup:.2f}x" if state.best_s and state.speedup \
+                    else "no verified program yet"
+                loop.call_soon_threadsafe(report, f"{state.evaluations}/{state.budget}: {best}",
+                                          int(100 * state.evaluations / max(state.budget, 1)))
 
             here = file_path(snapshot.uri)
             search = asyncio.ensure_future(asyncio.to_thread(
@@ -63,7 +68,7 @@ def register(server: DojoServer) -> None:
                 result = await search
         moves = list(result.moves)
         answer = {"method": method, "evaluations": result.evaluations, "spec_s": result.spec_s,
-                  "time_s": result.time_s, "speedup": result.spec_s / result.time_s if result.time_s else None,
+                  "time_s": result.time_s, "speedup": result.speedup,
                   "moves": moves, "stopped": stop.is_set()}
         if not moves:
             return answer | {"applied": False, "reason": "no faster program found"}
