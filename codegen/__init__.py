@@ -32,20 +32,20 @@ def generate(program: Program, target: Target | str) -> str:
     """The complete source for `target`: the kernel function and the harness
     `main`. A C target gets C; a GPU target the GPU backend's CUDA or HIP."""
     target = _target(target)
-    return generate_c(program) if target.language == "c" else _gpu().generate(program, target)
+    return generate_c(program, target) if target.language == "c" else _gpu().generate(program, target)
 
 
 def kernel_source(program: Program, target: Target | str) -> str:
     """The kernel's own code, without includes, helpers or harness."""
     target = _target(target)
-    return kernel_function(program) if target.language == "c" else _gpu().kernel_code(program, target)
+    return kernel_function(program, target) if target.language == "c" else _gpu().kernel_code(program, target)
 
 
 def node_source(program: Program, path: Path, target: Target | str) -> str:
     """The code of the node at `path` (child indices from the body down), with
     the loop variables of the scopes around it free."""
     target = _target(target)
-    return node_code(program, path) if target.language == "c" else _gpu().node_code(program, path, target)
+    return node_code(program, path, target) if target.language == "c" else _gpu().node_code(program, path, target)
 
 
 __all__ = ["TARGETS", "Target", "generate", "get_target", "kernel_source", "node_source"]

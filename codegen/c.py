@@ -23,19 +23,25 @@ whose initialisation then lies outside that scope too.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from math import prod
 
 from dojo_ir.moves.base import node_at
-from dojo_ir.tree import Buffer, Node, Op, Program, walk_op_paths
+from dojo_ir.tree import DTYPE_BYTES, Buffer, Node, Op, Program, Scope, walk_op_paths, walk_scopes
 
 from .cexpr import Env, Printer, buffer_var, c_type, helper_source, loop_var, statement, storage_size, used_helpers
 from .cvector import (
+    stream_helper_source,
+    streamable,
+    used_stream_helpers,
     used_vector_helpers,
     used_vector_types,
     vector_helper_source,
+    vector_accumulation,
     vector_statement,
     vector_typedefs,
 )
 from .harness import harness
+from .targets import Target, streaming_threshold_bytes
 
 _INDENT = "    "
 _INCLUDES = ("math.h", "stdint.h", "stdio.h", "stdlib.h", "time.h")
@@ -79,12 +85,42 @@ def _declaration(buffer: Buffer) -> str:
     return f"{c_type(buffer.dtype)} {buffer_var(buffer.name)}[{storage_size(buffer)}] __attribute__((aligned(64)));"
 
 
-class _Emitter:
-    """Writes the kernel body; `homes` says where local buffers are declared."""
+def streamed(program: Program, threshold: int) -> frozenset[str]:
+    """The output buffers worth storing with streaming (non-temporal) stores,
+    which write memory without first reading the line into the cache: each
+    is written by one `=` operation in a `:v` scope whose store `streamable`
+    accepts, as many times as it has elements (so once each, as indices stay
+    in bounds), never read by the kernel, never an input, and at least
+    `threshold` bytes, too big to stay in cache for whatever reads it next."""
+    inputs = {program.buffer_of[name].name for name in program.inputs}
+    outputs = {program.buffer_of[name].name for name in program.outputs} - inputs
+    writes: dict[str, list] = {}
+    read: set[str] = set()
+    for _, op, chain in walk_op_paths(program.body):
+        writes.setdefault(program.buffer_of[op.target.array].name, []).append((op, chain))
+        read.update(program.buffer_of[a.array].name for a in op.reads)
+    chosen = set()
+    for name in sorted(outputs - read):
+        buffer = next(b for b in program.buffers if b.name == name)
+        if len(writes.get(name, [])) != 1 or storage_size(buffer) * DTYPE_BYTES[buffer.dtype] < threshold:
+            continue
+        op, chain = writes[name][0]
+        if not chain or chain[-1].kind != "v" or prod(s.size for s in chain) != storage_size(buffer):
+            continue
+        env = {depth: loop_var(depth) for depth in range(len(chain) - 1)}
+        if streamable(chain[-1], len(chain) - 1, program, env):
+            chosen.add(name)
+    return frozenset(chosen)
 
-    def __init__(self, program: Program):
+
+class _Emitter:
+    """Writes the kernel body; `homes` says where local buffers are declared,
+    `streaming` which buffers are stored with streaming stores."""
+
+    def __init__(self, program: Program, streaming: frozenset[str] = frozenset()):
         self.program = program
         self.homes = _homes(program)
+        self.streaming = streaming
 
     def block(self, nodes: tuple[Node, ...], path: Path, env: Env) -> Iterator[str]:
         """The lines of a block: the local buffers declared here, then the nodes."""
@@ -103,17 +139,33 @@ class _Emitter:
                 yield from self.braced(node.body, path, {**env, depth: k})
             return
         if node.kind == "v":
-            vector = vector_statement(node, depth, self.program, env)
+            stream = self._streams(node)
+            vector = vector_statement(node, depth, self.program, env, stream=stream)
             if vector is not None:
                 declarations = [_declaration(b) for b in self.homes.get(path, [])]
                 yield from braced(declarations + vector) if declarations else vector
                 return
-        if node.kind == "p":
-            yield "#pragma omp parallel for"
+        accumulated = vector_accumulation(node, depth, self.program, env)
+        if accumulated is not None and not self.homes.get(path) and not self.homes.get(path + (0,)):
+            yield from accumulated
+            return
         var = loop_var(depth)
-        yield f"for (long {var} = 0; {var} < {node.size}; ++{var}) {{"
-        yield from indented(self.block(node.body, path, {**env, depth: var}))
-        yield "}"
+        loop = [f"for (long {var} = 0; {var} < {node.size}; ++{var}) {{",
+                *indented(self.block(node.body, path, {**env, depth: var})), "}"]
+        if node.kind == "p" and any(self._streams(s) for s, _ in walk_scopes((node,))):
+            # each thread fences its own streaming stores before the region ends
+            yield from ["#pragma omp parallel", "{", _INDENT + "#pragma omp for schedule(static) nowait",
+                        *indented(loop), _INDENT + "dojo_sfence();", "}"]
+            return
+        if node.kind == "p":
+            yield "#pragma omp parallel for schedule(static)"
+        yield from loop
+
+    def _streams(self, scope: Scope) -> bool:
+        """Whether `scope` is a `:v` scope storing a streamed buffer."""
+        if scope.kind != "v" or len(scope.body) != 1 or not isinstance(scope.body[0], Op):
+            return False
+        return self.program.buffer_of[scope.body[0].target.array].name in self.streaming
 
     def braced(self, nodes: tuple[Node, ...], path: Path, env: Env) -> Iterator[str]:
         """One unrolled iteration; braces only when it declares local buffers."""
@@ -130,30 +182,43 @@ def braced(lines: list[str]) -> list[str]:
     return ["{", *indented(lines), "}"]
 
 
-def kernel_function(program: Program) -> str:
+def _streaming(program: Program, target: Target | None) -> frozenset[str]:
+    """Streaming stores on x86 targets only (None: no target, none)."""
+    if target is None or not target.x86:
+        return frozenset()
+    return streamed(program, streaming_threshold_bytes())
+
+
+def kernel_function(program: Program, target: Target | None = None) -> str:
     """`static void kernel(...) { ... }`."""
     inputs = {program.buffer_of[name].name for name in program.inputs}
     params = [f"{'const ' if b.name in inputs else ''}{c_type(b.dtype)} *restrict {buffer_var(b.name)}"
               for b in parameters(program)]
-    body = indented(_Emitter(program).block(program.body, (), {}))
+    streaming = _streaming(program, target)
+    body = list(indented(_Emitter(program, streaming).block(program.body, (), {})))
+    if streaming:
+        body.append(_INDENT + "dojo_sfence(); /* the streaming stores are done before the caller reads */")
     return "\n".join([f"static void kernel({', '.join(params)})", "{", *body, "}"])
 
 
-def node_code(program: Program, path: Path) -> str:
+def node_code(program: Program, path: Path, target: Target | None = None) -> str:
     """The C of the node at `path` as it stands in the kernel function, with
     the loop variables of the scopes around it free (`:u` ones included)."""
     env = {depth: loop_var(depth) for depth in range(len(path) - 1)}
-    return "\n".join(_Emitter(program).node(node_at(program.body, path), path, env))
+    emitter = _Emitter(program, _streaming(program, target))
+    return "\n".join(emitter.node(node_at(program.body, path), path, env))
 
 
-def generate_c(program: Program) -> str:
-    """The complete C source: includes, vector types and helpers that the code
-    uses, the kernel function and the harness `main`."""
-    code = kernel_function(program) + "\n\n" + harness(program, parameters(program))
+def generate_c(program: Program, target: Target | None = None) -> str:
+    """The complete C source for `target` (None: code for any target, without
+    streaming stores): includes, vector types and helpers that the code uses,
+    the kernel function and the harness `main`."""
+    code = kernel_function(program, target) + "\n\n" + harness(program, parameters(program))
     vector_helpers = vector_helper_source(used_vector_helpers(code))
-    typedefs = vector_typedefs(used_vector_types(code + vector_helpers))
+    stream_helpers = stream_helper_source(used_stream_helpers(code))
+    typedefs = vector_typedefs(used_vector_types(code + vector_helpers + stream_helpers))
     scalar_helpers = helper_source(used_helpers(code + vector_helpers))
     prelude = [f"/* kernel {program.name}, generated by PerfDojo's C backend */", "#define _POSIX_C_SOURCE 200809L",
                *(f"#include <{header}>" for header in _INCLUDES)]
-    sections = ["\n".join(prelude), typedefs, scalar_helpers, vector_helpers, code]
+    sections = ["\n".join(prelude), typedefs, scalar_helpers, vector_helpers, stream_helpers, code]
     return "\n\n".join(s for s in sections if s) + "\n"

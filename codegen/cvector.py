@@ -127,9 +127,11 @@ def _aligned(off: Offset, env: Env, lanes: int, elem: int) -> bool:
             and all(stride % lanes == 0 for _, _, stride in off.folded))
 
 
-def vector_statement(scope: Scope, lane: int, program: Program, env: Env) -> list[str] | None:
+def vector_statement(scope: Scope, lane: int, program: Program, env: Env, stream: bool = False
+                     ) -> list[str] | None:
     """The C lines computing the `:v` scope at depth `lane`, or None if it is
-    not vectorizable. `env` holds the enclosing scopes."""
+    not vectorizable. `env` holds the enclosing scopes. `stream`: store with
+    a streaming store (the caller checked `streamable`)."""
     if not vectorizable(scope, lane, program):
         return None
     op = scope.body[0]
@@ -140,22 +142,88 @@ def vector_statement(scope: Scope, lane: int, program: Program, env: Env) -> lis
     if _lane_use(op.target, lane) == "contiguous":
         target = f"*{printer.pointer(op.target, const=False)}"
         if op.reduction is None:
+            if stream:
+                return [f"dojo_stream_{dtype}x{scope.size}(&{printer.element(op.target)}, {value});"]
             return [f"{target} = {value};"]
         if op.assign in REDUCTION_OPERATORS:
             return [f"{target} {REDUCTION_OPERATORS[op.assign]}= {value};"]
         func = f"dojo_{REDUCTION_FUNCTIONS[op.assign]}_{dtype}x{scope.size}"
         return [f"{target} = {func}({target}, {value});"]
-    # A horizontal reduction, lane by lane in order.
+    # A horizontal reduction: the lanes combined as a tree, then into the scalar.
     element = printer.element(op.target)
-    lines = ["{", f"    const {vector_type(dtype, scope.size)} v = {value};", f"    {c_type(dtype)} a = {element};"]
-    lines += [f"    a = {combine(op.assign, 'a', f'v[{k}]', dtype)};" for k in range(scope.size)]
-    return [*lines, f"    {element} = a;", "}"]
+    total = f"dojo_{HORIZONTAL_OF[op.assign]}_{dtype}x{scope.size}({value})"
+    if op.assign in REDUCTION_OPERATORS:
+        return [f"{element} {REDUCTION_OPERATORS[op.assign]}= {total};"]
+    return [f"{element} = {combine(op.assign, element, total, dtype)};"]
+
+
+# The value that leaves a reduction's accumulator unchanged, per dtype.
+_IDENTITY = {
+    "+=": {"f32": "0.0f", "f64": "0.0", "i32": "0", "i64": "0"},
+    "*=": {"f32": "1.0f", "f64": "1.0", "i32": "1", "i64": "1"},
+    "max=": {"f32": "-INFINITY", "f64": "-INFINITY", "i32": "INT32_MIN", "i64": "INT64_MIN"},
+    "min=": {"f32": "INFINITY", "f64": "INFINITY", "i32": "INT32_MAX", "i64": "INT64_MAX"},
+}
+_MAX_ACCUMULATORS = 4  # independent chains, so that the combine's latency does not limit the loop
+
+
+def vector_accumulation(scope: Scope, depth: int, program: Program, env: Env) -> list[str] | None:
+    """A sequential scope whose one child is a `:v` horizontal reduction into
+    an element that no iteration of the scope moves (`32 16:v m[] max= x[...]`)
+    as vector accumulators kept across its iterations, combined into the
+    element once after the loop (a reassociation of the reduction, which the
+    moves treat as reorderable), or None when the scope is not of that shape.
+    Up to four accumulators take the iterations in turn."""
+    if scope.kind in ("p", "u", "v") or len(scope.body) != 1 or not isinstance(scope.body[0], Scope):
+        return None
+    inner = scope.body[0]
+    lane = depth + 1
+    if inner.kind != "v" or not vectorizable(inner, lane, program):
+        return None
+    op = inner.body[0]
+    assert isinstance(op, Op)
+    if _lane_use(op.target, lane) != "invariant" or any(affine(i).coef(depth) for i in op.target.index):
+        return None
+    target = program.buffer_of[op.target.array]
+    if any(program.buffer_of[a.array] is target for a in op.reads):
+        return None  # the value reads the accumulator's storage
+    count = next(k for k in range(min(_MAX_ACCUMULATORS, scope.size), 0, -1) if scope.size % k == 0)
+    dtype = target.dtype
+    v = vector_type(dtype, inner.size)
+    var = f"i{depth}"
+    names = [f"acc{depth}_{k}" for k in range(count)]
+    identity = f"dojo_splat_{dtype}x{inner.size}({_IDENTITY[op.assign][dtype]})"
+    lines = ["{", f"    {v} {', '.join(f'{n} = {identity}' for n in names)};",
+             f"    for (long {var} = 0; {var} < {scope.size}; {var} += {count}) {{"]
+    for k, name in enumerate(names):
+        printer = VectorPrinter(program, {**env, depth: var if k == 0 else f"({var} + {k})", lane: 0}, lane, inner.size)
+        value = printer.value(op.value, dtype)
+        lines.append(f"        {name} = {_vector_combine(op.assign, name, value, dtype, inner.size)};")
+    lines.append("    }")
+    while len(names) > 1:  # pairwise, as a tree
+        pairs = [(names[k], names[k + 1]) for k in range(0, len(names) - 1, 2)]
+        for a, b in pairs:
+            lines.append(f"    {a} = {_vector_combine(op.assign, a, b, dtype, inner.size)};")
+        names = [a for a, _ in pairs] + ([names[-1]] if len(names) % 2 else [])
+    element = VectorPrinter(program, {**env, lane: 0}, lane, inner.size).element(op.target)
+    total = f"dojo_{HORIZONTAL_OF[op.assign]}_{dtype}x{inner.size}({names[0]})"
+    if op.assign in REDUCTION_OPERATORS:
+        lines.append(f"    {element} {REDUCTION_OPERATORS[op.assign]}= {total};")
+    else:
+        lines.append(f"    {element} = {combine(op.assign, element, total, dtype)};")
+    return [*lines, "}"]
+
+
+def _vector_combine(assign: str, old: str, new: str, dtype: str, lanes: int) -> str:
+    if assign in REDUCTION_OPERATORS:
+        return f"{old} {REDUCTION_OPERATORS[assign]} {new}"
+    return f"dojo_{REDUCTION_FUNCTIONS[assign]}_{dtype}x{lanes}({old}, {new})"
 
 
 # -- types and helpers -----------------------------------------------------------
 
 _TYPE = re.compile(r"\bv(f32|f64|i32|i64)x(\d+)(u?)\b")
-_HELPER = re.compile(r"\bdojo_(splat|exp|log|sqrt|tanh|abs|max|min)_(f32|f64|i32|i64)x(\d+)\b")
+_HELPER = re.compile(r"\bdojo_(splat|exp|log|sqrt|tanh|abs|max|min|hadd|hmul|hmax|hmin)_(f32|f64|i32|i64)x(\d+)\b")
 
 
 def used_vector_helpers(source: str) -> list[str]:
@@ -163,8 +231,24 @@ def used_vector_helpers(source: str) -> list[str]:
 
 
 def vector_helper_source(names: list[str]) -> str:
-    """Definitions of the named vector helpers, one per line."""
-    return "\n".join(_vector_helper(*_HELPER.fullmatch(name).groups()) for name in names)
+    """Definitions of the named vector helpers and of the helpers they call,
+    one per line, each after those it calls."""
+    done: dict[str, str] = {}
+
+    def define(name: str) -> None:
+        if name in done:
+            return
+        done[name] = ""  # a helper never calls itself, but two may call one
+        text = _vector_helper(*_HELPER.fullmatch(name).groups())
+        for called in used_vector_helpers(text):
+            if called != name:
+                define(called)
+        del done[name]
+        done[name] = text
+
+    for name in names:
+        define(name)
+    return "\n".join(done.values())
 
 
 def _vector_helper(func: str, dtype: str, lanes_text: str) -> str:
@@ -180,9 +264,123 @@ def _vector_helper(func: str, dtype: str, lanes_text: str) -> str:
         mask = f"(a {compare} b) | (a != a)" if dtype in FLOAT_DTYPES else f"a {compare} b"
         select = f"(({m})a & m) | (({m})b & ~m)"
         return f"static inline {v} {name}({v} a, {v} b) {{ {m} m = {mask}; return ({v})({select}); }}"
+    if func in HORIZONTAL:
+        return _horizontal_helper(func, dtype, lanes)
+    if dtype == "f32" and func in _F32_MATH:
+        m = vector_type("i32", lanes)
+        return _F32_MATH[func].format(V=v, M=m, N=lanes).strip()
     scalar = function_name(func, dtype)
     return (f"static inline {v} {name}({v} a) {{ {v} r; for (int k = 0; k < {lanes}; ++k) r[k] = {scalar}(a[k]); "
             "return r; }")
+
+
+# The reduction operator -> the helper combining a vector's lanes into one scalar.
+HORIZONTAL = {"hadd": "+=", "hmul": "*=", "hmax": "max=", "hmin": "min="}
+HORIZONTAL_OF = {assign: func for func, assign in HORIZONTAL.items()}
+
+
+def _horizontal_helper(func: str, dtype: str, lanes: int) -> str:
+    """The lanes of a vector combined as a tree: the two halves lane by lane,
+    then the half of that, ... (a reassociation of the reduction)."""
+    v, t = vector_type(dtype, lanes), c_type(dtype)
+    assign = HORIZONTAL[func]
+    name = f"dojo_{func}_{dtype}x{lanes}"
+    if lanes == 2:
+        return f"static inline {t} {name}({v} a) {{ return {combine(assign, 'a[0]', 'a[1]', dtype)}; }}"
+    half = lanes // 2
+    h = vector_type(dtype, half)
+    lo = f"__builtin_shufflevector(a, a, {', '.join(str(k) for k in range(half))})"
+    hi = f"__builtin_shufflevector(a, a, {', '.join(str(k) for k in range(half, lanes))})"
+    if assign in REDUCTION_OPERATORS:
+        both = f"l {REDUCTION_OPERATORS[assign]} h"
+    else:
+        both = f"dojo_{REDUCTION_FUNCTIONS[assign]}_{dtype}x{half}(l, h)"
+    return (f"static inline {t} {name}({v} a) {{ {h} l = {lo}, h = {hi}; "
+            f"return dojo_{func}_{dtype}x{half}({both}); }}")
+
+
+# Vector exp, log and tanh of f32 in portable vector code (any lane count, any
+# target): Cephes' range reductions and polynomials, within 1-2 ulp of the
+# correctly rounded result, with numpy's special values: exp(-inf) = 0,
+# exp(inf) = inf, overflow to inf and gradual underflow to subnormals and 0;
+# log(0) = -inf, log(negative) = NaN, log(inf) = inf, subnormal arguments;
+# tanh(+-inf) = +-1; NaN gives NaN. `S(m, a, b)`: lanes of a where m, else b.
+_F32_MATH = {
+    "exp": """
+static inline {V} dojo_exp_f32x{N}({V} x)
+{{
+    const {V} zero = {{0}};
+    {M} nan = x != x, big = x > 89.0f, small = x < -104.0f;
+    /* clamped so that 2^n is at most 2^128 (inf) and at least 2^-150 (0); NaN lanes computed as 0 */
+    {V} c = ({V})((({M})x & ~(nan | big | small)) | (({M})(zero + 89.0f) & big) | (({M})(zero - 104.0f) & small));
+    {V} n = c * 1.44269504088896341f + 12582912.0f;
+    n = n - 12582912.0f; /* round(x / ln 2) */
+    {V} r = c - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    {V} p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    /* times 2^n as two factors, each a normal float: overflow and subnormals round once */
+    {M} k = __builtin_convertvector(n, {M}), k1 = k >> 1, k2 = k - k1;
+    {V} y = p * ({V})((k1 + 127) << 23) * ({V})((k2 + 127) << 23);
+    return ({V})((({M})x & nan) | (({M})y & ~nan));
+}}""",
+    "log": """
+static inline {V} dojo_log_f32x{N}({V} x)
+{{
+    const {V} zero = {{0}};
+    {M} tiny = x < 1.17549435e-38f;
+    {V} s = ({V})((({M})(x * 8388608.0f) & tiny) | (({M})x & ~tiny)); /* subnormals scaled by 2^23 */
+    {M} bits = ({M})s;
+    {M} e = ((bits >> 23) & 0xff) - 126 - (tiny & 23);
+    {V} m = ({V})((bits & 0x007fffff) | 0x3f000000); /* s = m 2^e, m in [0.5, 1) */
+    {M} low = m < 0.707106781186547524f;
+    e = e + low; /* low is -1 where true */
+    m = m + ({V})(({M})m & low) - 1.0f;
+    {V} z = m * m;
+    {V} p = m * 7.0376836292e-2f - 1.1514610310e-1f;
+    p = p * m + 1.1676998740e-1f;
+    p = p * m - 1.2420140846e-1f;
+    p = p * m + 1.4249322787e-1f;
+    p = p * m - 1.6668057665e-1f;
+    p = p * m + 2.0000714765e-1f;
+    p = p * m - 2.4999993993e-1f;
+    p = p * m + 3.3333331174e-1f;
+    {V} fe = __builtin_convertvector(e, {V});
+    {V} y = p * m * z;
+    y = y - fe * 2.12194440e-4f;
+    y = y - z * 0.5f;
+    {V} r = m + y;
+    r = r + fe * 0.693359375f;
+    {M} special = (x <= 0.0f) | (x != x) | (x == (zero + __builtin_inff()));
+    /* log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, log(NaN) = NaN */
+    {V} edge = ({V})((({M})(zero - __builtin_inff()) & (x == 0.0f)) | (({M})(zero + __builtin_nanf("")) & (x < 0.0f))
+                     | (({M})x & ((x != x) | (x > 0.0f))));
+    return ({V})((({M})edge & special) | (({M})r & ~special));
+}}""",
+    "tanh": """
+static inline {V} dojo_tanh_f32x{N}({V} x)
+{{
+    const {V} zero = {{0}};
+    {M} sign = ({M})x & (({M})zero | (int32_t)0x80000000);
+    {V} a = ({V})(({M})x & ~sign); /* |x| */
+    {V} z = x * x;
+    {V} p = z * -5.70498872745e-3f + 2.06390887954e-2f;
+    p = p * z - 5.37397155531e-2f;
+    p = p * z + 1.33314422036e-1f;
+    p = p * z - 3.33332819422e-1f;
+    {V} near = p * z * x + x; /* |x| < 0.625 */
+    {V} far = 1.0f - 2.0f / (dojo_exp_f32x{N}(a + a) + 1.0f); /* 1 for large |x|, inf included */
+    far = ({V})(({M})far | sign);
+    {M} small = a < 0.625f;
+    {V} y = ({V})((({M})near & small) | (({M})far & ~small));
+    {M} nan = x != x;
+    return ({V})((({M})x & nan) | (({M})y & ~nan));
+}}""",
+}
 
 
 def used_vector_types(source: str) -> list[tuple[str, int, bool]]:
@@ -196,4 +394,59 @@ def vector_typedefs(types: list[tuple[str, int, bool]]) -> str:
         size = lanes * DTYPE_BYTES[dtype]
         attributes = f"vector_size({size})" + ("" if aligned else f", aligned({DTYPE_BYTES[dtype]})")
         lines.append(f"typedef {c_type(dtype)} {vector_type(dtype, lanes, aligned)} __attribute__(({attributes}));")
+    return "\n".join(lines)
+
+
+# -- streaming (non-temporal) stores -------------------------------------------------
+
+# The store widths of x86 vector registers, widest first, with the intrinsic
+# streaming one register and the feature macro that enables it.
+_STREAMS = ((64, "__AVX512F__", "_mm512_stream_ps", "__m512"), (32, "__AVX__", "_mm256_stream_ps", "__m256"),
+            (16, "__SSE2__", "_mm_stream_ps", "__m128"))
+_STREAM = re.compile(r"\bdojo_stream_(f32|f64|i32|i64)x(\d+)\b")
+
+
+def streamable(scope: Scope, lane: int, program: Program, env: Env) -> bool:
+    """Whether the `:v` scope's store can be a streaming store: a plain `=`
+    of a contiguous vector of 16 to 64 bytes that is provably aligned to its
+    size (the x86 streaming stores need 16-byte alignment at least)."""
+    if not vectorizable(scope, lane, program):
+        return False
+    op = scope.body[0]
+    assert isinstance(op, Op)
+    if op.reduction is not None or _lane_use(op.target, lane) != "contiguous":
+        return False
+    buffer = program.buffer_of[op.target.array]
+    size = scope.size * DTYPE_BYTES[buffer.dtype]
+    return 16 <= size <= 64 and _aligned(offset(op.target, buffer), {**env, lane: 0}, scope.size,
+                                          DTYPE_BYTES[buffer.dtype])
+
+
+def used_stream_helpers(source: str) -> list[str]:
+    return sorted({m.group(0) for m in _STREAM.finditer(source)})
+
+
+def stream_helper_source(names: list[str]) -> str:
+    """`dojo_sfence` and the named `dojo_stream_*` helpers: on x86 the vector
+    is stored with the widest streaming store the target has (each part
+    aligned, as the whole is), elsewhere with an ordinary store."""
+    if not names:
+        return ""
+    lines = ["#if defined(__x86_64__) || defined(__i386__)", "#include <immintrin.h>", "#endif",
+             "static inline void dojo_sfence(void)", "{", "#if defined(__SSE2__)", "    _mm_sfence();", "#endif", "}"]
+    for name in names:
+        dtype, lanes_text = _STREAM.fullmatch(name).groups()
+        lanes = int(lanes_text)
+        v, t = vector_type(dtype, lanes), c_type(dtype)
+        size = lanes * DTYPE_BYTES[dtype]
+        lines += [f"static inline void {name}({t} *p, {v} v)", "{"]
+        first = True
+        for width, macro, intrinsic, register in _STREAMS:
+            if width > size:
+                continue
+            lines.append(f"#{'if' if first else 'elif'} defined({macro})")
+            first = False
+            lines.append(f"    for (int k = 0; k < {size // width}; ++k)")
+            lines.append(f"        {intrinsic}((float *)p + {width // 4}*k, ((const {register} *)&v)[k]);")
+        lines += ["#else", f"    *({v} *)p = v;", "#endif", "}"]
     return "\n".join(lines)

@@ -12,6 +12,7 @@ round as the interpreter's do; drop it to trade exactness for speed).
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -71,6 +72,7 @@ class Target:
     launcher: tuple[str, ...] = ()
     cores: int = 1
     cpu_flags: tuple[str, ...] = ()
+    x86: bool = False  # the C backend may use x86 streaming stores
 
     def buildable(self) -> bool:
         """Whether the compiler (the command's last word: `env VAR=... cc`) is on PATH."""
@@ -87,19 +89,54 @@ class Target:
 
 
 def _c_target(name: str, compiler: str, march: tuple[str, ...], vector_bytes: int,
-              launcher: tuple[str, ...] = (), requires: tuple[str, ...] = ()) -> Target:
+              launcher: tuple[str, ...] = (), requires: tuple[str, ...] = (), x86: bool = False) -> Target:
     # qemu-user runs a static binary without the target's shared libraries
     static = ("-static",) if launcher else ()
     return Target(name, "c", (compiler,), _C_FLAGS + march + static + _LIBS, vector_bytes, launcher,
-                  os.cpu_count() or 1, requires)
+                  os.cpu_count() or 1, requires, x86)
+
+
+_HOST_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
+_DEFAULT_PRIVATE_CACHE = 1 << 20
+
+
+def _size(text: str) -> int:
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * scale
+
+
+@cache
+def streaming_threshold_bytes() -> int:
+    """The output size from which the C backend stores with streaming stores:
+    what the cores' private caches (the largest cache level that sysfs shows
+    serving one CPU, times the cores) hold, capped by the last-level cache.
+    Not the last-level cache itself: on a virtual machine sysfs reports the
+    host's whole L3 (260 MiB here, shared with other tenants), yet
+    write-allocate already costs a kernel writing 4 MiB (bench/results/codegen_speed.md)."""
+    private, last = 0, 0
+    try:
+        for index in _CACHE.glob("index*"):
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            size = _size((index / "size").read_text())
+            last = max(last, size)
+            shared = (index / "shared_cpu_list").read_text().strip()
+            if "," not in shared and "-" not in shared:
+                private = max(private, size)
+    except (OSError, ValueError):
+        pass
+    total = (private or _DEFAULT_PRIVATE_CACHE) * (os.cpu_count() or 1)
+    return min(total, last) if last else total
 
 
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
-        _c_target("native", "gcc", ("-march=native",), native_vector_bytes()),
-        _c_target("x86-avx2", "gcc", ("-march=haswell",), 32, requires=("avx2",)),
-        _c_target("x86-avx512", "gcc", ("-march=skylake-avx512",), 64, requires=("avx512f",)),
+        _c_target("native", "gcc", ("-march=native",), native_vector_bytes(), x86=_HOST_X86),
+        _c_target("x86-avx2", "gcc", ("-march=haswell",), 32, requires=("avx2",), x86=True),
+        _c_target("x86-avx512", "gcc", ("-march=skylake-avx512",), 64, requires=("avx512f",), x86=True),
         _c_target("arm-neon", "aarch64-linux-gnu-gcc", ("-march=armv8-a",), 16,
                   ("qemu-aarch64", "-L", "/usr/aarch64-linux-gnu")),
         # GCC 12 compiles vector types for RVV as scalar code (it has no RVV
