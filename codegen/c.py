@@ -7,10 +7,20 @@ buffers, then the outputs', then the heap temporaries' (the workspace, which
 the harness allocates). Each scope is a loop `for (long i{d} = 0; ...)` named
 by its depth, and its kind says how:
 
-- `:p` puts `#pragma omp parallel for` on the loop;
+- `:p` puts `#pragma omp parallel for schedule(static)` on the loop;
 - `:u` writes the body once per iteration, with the loop variable a constant;
 - `:v` computes its one operation on vectors (cvector.py);
-- `:g :b :w` run sequentially: the C target ignores GPU mapping.
+- `:g :b :w` run sequentially: the C target ignores GPU mapping;
+- a sequential scope whose only child is a `:v` horizontal reduction keeps
+  vector accumulators across its iterations (cvector.vector_accumulation).
+
+On x86 targets an output that is written once, by `:v` stores that are
+aligned to their vector, never read by the kernel and at least
+`targets.streaming_threshold_bytes()` big (`streamed`) is stored with
+streaming (non-temporal) stores, which do not read the line into the cache
+first: one write instead of a read and a write. Each thread fences them
+(`sfence`) before its share of a `:p` loop ends, and the kernel before it
+returns.
 
 A `stack` (or `shared`) buffer is a local array declared at the start of the
 body of the innermost scope that holds all its accesses (the function body
@@ -35,8 +45,8 @@ from .cvector import (
     used_stream_helpers,
     used_vector_helpers,
     used_vector_types,
-    vector_helper_source,
     vector_accumulation,
+    vector_helper_source,
     vector_statement,
     vector_typedefs,
 )
@@ -182,19 +192,21 @@ def braced(lines: list[str]) -> list[str]:
     return ["{", *indented(lines), "}"]
 
 
-def _streaming(program: Program, target: Target | None) -> frozenset[str]:
-    """Streaming stores on x86 targets only (None: no target, none)."""
+def _streaming(program: Program, target: Target | None, threshold: int | None = None) -> frozenset[str]:
+    """Streaming stores on x86 targets only (None: no target, none), for
+    outputs of at least `threshold` bytes (None: this machine's
+    `streaming_threshold_bytes`)."""
     if target is None or not target.x86:
         return frozenset()
-    return streamed(program, streaming_threshold_bytes())
+    return streamed(program, streaming_threshold_bytes() if threshold is None else threshold)
 
 
-def kernel_function(program: Program, target: Target | None = None) -> str:
-    """`static void kernel(...) { ... }`."""
+def kernel_function(program: Program, target: Target | None = None, threshold: int | None = None) -> str:
+    """`static void kernel(...) { ... }`; `threshold` as `generate_c`'s."""
     inputs = {program.buffer_of[name].name for name in program.inputs}
     params = [f"{'const ' if b.name in inputs else ''}{c_type(b.dtype)} *restrict {buffer_var(b.name)}"
               for b in parameters(program)]
-    streaming = _streaming(program, target)
+    streaming = _streaming(program, target, threshold)
     body = list(indented(_Emitter(program, streaming).block(program.body, (), {})))
     if streaming:
         body.append(_INDENT + "dojo_sfence(); /* the streaming stores are done before the caller reads */")
@@ -209,11 +221,12 @@ def node_code(program: Program, path: Path, target: Target | None = None) -> str
     return "\n".join(emitter.node(node_at(program.body, path), path, env))
 
 
-def generate_c(program: Program, target: Target | None = None) -> str:
+def generate_c(program: Program, target: Target | None = None, threshold: int | None = None) -> str:
     """The complete C source for `target` (None: code for any target, without
     streaming stores): includes, vector types and helpers that the code uses,
-    the kernel function and the harness `main`."""
-    code = kernel_function(program, target) + "\n\n" + harness(program, parameters(program))
+    the kernel function and the harness `main`. Outputs of at least
+    `threshold` bytes may be streamed (None: `streaming_threshold_bytes()`)."""
+    code = kernel_function(program, target, threshold) + "\n\n" + harness(program, parameters(program))
     vector_helpers = vector_helper_source(used_vector_helpers(code))
     stream_helpers = stream_helper_source(used_stream_helpers(code))
     typedefs = vector_typedefs(used_vector_types(code + vector_helpers + stream_helpers))

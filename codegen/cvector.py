@@ -10,10 +10,21 @@ coefficient 1 (and no other index uses it) are vector loads and stores,
 through `aligned(element)` types unless the address is provably a multiple of
 the vector's size (buffers are 64-byte aligned); accesses without the lane
 variable are broadcast. A reduction whose target has no lane variable (a
-horizontal reduction) adds the lanes into the scalar one by one in lane
-order, which is the sequential order, so the result is the interpreter's to
-the bit. Functions are elementwise helpers; `max` and `min` select with
+horizontal reduction) combines the lanes as a tree (`dojo_hadd_f32x16`, ...)
+into the scalar; when the `:v` scope is the only child of a sequential scope
+and its target does not move with that scope, `vector_accumulation` keeps up
+to four vector accumulators across that scope's iterations and reduces them
+once after it. Both reassociate the reduction, which the moves treat as
+reorderable: results agree with the interpreter within the verification
+tolerance, not to the bit. Functions are elementwise helpers: f32 `exp`,
+`log` and `tanh` are vector polynomials (`_F32_MATH`, 1-3 ulp, numpy's
+special values), the others a libm call per lane; `max` and `min` select with
 masks so that NaN propagates.
+
+Streaming stores (`streamable`, `dojo_stream_*`): a `:v` store of 16-64
+aligned bytes may be written with x86's non-temporal stores, which skip the
+read of the line that an ordinary store's write-allocate costs; c.py decides
+which outputs (`streamed`) and fences them (`dojo_sfence`).
 
 A scope that does not meet these conditions (a hand-written file can mark
 any scope `:v`) is not vectorized; `vector_statement` returns None and the
@@ -216,7 +227,7 @@ def vector_accumulation(scope: Scope, depth: int, program: Program, env: Env) ->
 
 def _vector_combine(assign: str, old: str, new: str, dtype: str, lanes: int) -> str:
     if assign in REDUCTION_OPERATORS:
-        return f"{old} {REDUCTION_OPERATORS[assign]} {new}"
+        return f"{old} {REDUCTION_OPERATORS[assign]} ({new})"
     return f"dojo_{REDUCTION_FUNCTIONS[assign]}_{dtype}x{lanes}({old}, {new})"
 
 
@@ -309,24 +320,27 @@ _F32_MATH = {
     "exp": """
 static inline {V} dojo_exp_f32x{N}({V} x)
 {{
-    const {V} zero = {{0}};
-    {M} nan = x != x, big = x > 89.0f, small = x < -104.0f;
-    /* clamped so that 2^n is at most 2^128 (inf) and at least 2^-150 (0); NaN lanes computed as 0 */
-    {V} c = ({V})((({M})x & ~(nan | big | small)) | (({M})(zero + 89.0f) & big) | (({M})(zero - 104.0f) & small));
-    {V} n = c * 1.44269504088896341f + 12582912.0f;
+    {V} n = x * 1.44269504088896341f + 12582912.0f;
     n = n - 12582912.0f; /* round(x / ln 2) */
-    {V} r = c - n * 0.693359375f;
+    /* 2^n between 2^-150 (0) and 2^128 (inf); a NaN n becomes -150 and its r stays NaN */
+    for (int k = 0; k < {N}; ++k) {{
+        float t = n[k] > -150.0f ? n[k] : -150.0f;
+        n[k] = t < 128.0f ? t : 128.0f;
+    }}
+    {V} r = x - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
     {V} p = r * 1.9875691500e-4f + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
+    p = p * (r * r) + r + 1.0f; /* inf for x = inf or beyond the clamp */
     /* times 2^n as two factors, each a normal float: overflow and subnormals round once */
     {M} k = __builtin_convertvector(n, {M}), k1 = k >> 1, k2 = k - k1;
     {V} y = p * ({V})((k1 + 127) << 23) * ({V})((k2 + 127) << 23);
-    return ({V})((({M})x & nan) | (({M})y & ~nan));
+    for (int k = 0; k < {N}; ++k)
+        y[k] = x[k] < -104.0f ? 0.0f : y[k]; /* below half the least subnormal, -inf included */
+    return y;
 }}""",
     "log": """
 static inline {V} dojo_log_f32x{N}({V} x)
@@ -377,8 +391,9 @@ static inline {V} dojo_tanh_f32x{N}({V} x)
     far = ({V})(({M})far | sign);
     {M} small = a < 0.625f;
     {V} y = ({V})((({M})near & small) | (({M})far & ~small));
-    {M} nan = x != x;
-    return ({V})((({M})x & nan) | (({M})y & ~nan));
+    for (int k = 0; k < {N}; ++k)
+        y[k] = x[k] != x[k] ? x[k] : y[k];
+    return y;
 }}""",
 }
 

@@ -58,7 +58,7 @@ from codegen.build import BuildError, build, default_cache_dir
 from codegen.targets import TARGETS, Target, get_target
 from dojo_ir import DojoError, Program, interpret, random_inputs, to_text
 from dojo_ir.derivation import without_comments
-from dojo_ir.tree import Node, Op, walk_ops
+from dojo_ir.tree import Buffer, Node, Op, walk_ops
 
 from .files import exclusive
 from .result import RunResult
@@ -79,15 +79,24 @@ def iterations(program: Program) -> int:
 
 
 def unscheduled(program: Program) -> Program:
-    """The program run sequentially: every scope plain, shared memory on the heap. It computes
-    the same, so its compiled form is a reference that owes nothing to the schedule's code paths."""
+    """The program run sequentially: every scope plain, shared memory on the heap, f32 temporaries
+    in f64. It computes the same, so its compiled form is a reference that owes nothing to the
+    schedule's code paths. The temporaries are wider because they hold the long reductions (a
+    batch norm's mean sums 33.5M values): summed in order in f32 they drift by percents, further
+    from the exact sum than the reassociated partial sums of a vectorized program, which would then
+    fail against a reference less accurate than itself."""
 
     def plain(nodes: tuple[Node, ...]) -> tuple[Node, ...]:
         return tuple(n if isinstance(n, Op) else replace(n, kind="", body=plain(n.body)) for n in nodes)
 
     bare = without_comments(program)
-    buffers = tuple(replace(b, location="heap") if b.location == "shared" else b for b in bare.buffers)
-    return replace(bare, buffers=buffers, body=plain(bare.body))
+    io = {bare.buffer_of[name].name for name in bare.inputs + bare.outputs}
+
+    def reference_buffer(buffer: Buffer) -> Buffer:
+        buffer = replace(buffer, location="heap") if buffer.location == "shared" else buffer
+        return replace(buffer, dtype="f64") if buffer.dtype == "f32" and buffer.name not in io else buffer
+
+    return replace(bare, buffers=tuple(reference_buffer(b) for b in bare.buffers), body=plain(bare.body))
 
 
 @dataclass(frozen=True)

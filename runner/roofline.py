@@ -378,7 +378,7 @@ def _measure(directory: Path) -> dict[str, Any]:
     """Build and run the measurement; the record to cache."""
     cores = _cores()
     vector_bytes = native_vector_bytes()
-    # -ffp-contract=fast: `a * b + c` must become one FMA (the project's own targets forbid that, for exactness)
+    # -ffp-contract=fast: `a * b + c` must become one FMA, as in the kernels the project generates
     target = Target("roofline", "c", ("gcc",), ("-O3", "-march=native", "-fopenmp", "-ffp-contract=fast",
                                                  "-std=gnu11"), vector_bytes, cores=cores)
     source = f"#define VBYTES {vector_bytes}\n{_SOURCE}"

@@ -24,12 +24,14 @@ import pytest
 
 from codegen import TARGETS, generate, get_target
 from codegen.build import BuildError, build
-from codegen.targets import Target
+from codegen.c import generate_c, streamed
+from codegen.cvector import streamable
+from codegen.targets import Target, streaming_threshold_bytes
 from dojo_ir import interpret, load, random_inputs, to_text
 from dojo_ir.fuzz import fuzz_shape
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import Analysis, apply, find
-from dojo_ir.tree import Program
+from dojo_ir.tree import Program, walk_scopes
 
 NUMPY = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
 RTOL, ATOL = 1e-4, 1e-5
@@ -213,22 +215,180 @@ def test_vectorized_scopes(cache: Path) -> None:
     assert_matches(program, cache)
 
 
-def test_horizontal_reduction_adds_lanes_in_order(cache: Path) -> None:
-    """Lanes added one by one in order give the sequential sum to the bit,
-    even where reassociation would not (1e8 + 1 - 1e8 ...)."""
-    program = load("""kernel k(x) -> s
+REDUCTIONS = """kernel k(x, n) -> s, p, hi, lo, ni, t
+
+x f32 [6, 64] heap
+n i32 [6, 64] heap
+s f32 [6] heap
+p f32 [6] heap
+hi f32 [6] heap
+lo f32 [6] heap
+ni i32 [6] heap
+t f32 [] heap
+
+6 s[{0}] = 0
+| 4 16:v s[{0}] += x[{0},{1}*16+{2}] * 2
+| p[{0}] = 1
+| 6 8:v p[{0}] *= x[{0},{1}*8+{2}+16] * 0.5 + 1
+| hi[{0}] = -inf
+| 16 4:v hi[{0}] max= x[{0},{1}*4+{2}]
+| lo[{0}] = inf
+| 3 16:v lo[{0}] min= x[{0},{1}*16+{2}+8]
+| ni[{0}] = 0
+| 8 8:v ni[{0}] max= n[{0},{1}*8+{2}] - {1}
+t[] = 0
+64:v t[] += x[5,{0}]
+"""
+
+
+def test_horizontal_reductions_keep_vector_accumulators(cache: Path) -> None:
+    """A `:v` horizontal reduction under a sequential scope accumulates in up
+    to four vectors across the scope's iterations, combined as a tree after it;
+    elsewhere (`64:v` under a scope with other children) the lanes combine as a
+    tree. Reassociated, so equal to the sequential order within tolerance."""
+    program = load(REDUCTIONS)
+    kernel = generate(program, NATIVE)
+    kernel = kernel[kernel.index("static void kernel"):]
+    assert "vf32x16 acc1_0 = dojo_splat_f32x16(0.0f), acc1_1" in kernel and "acc1_3" in kernel  # 4 | 4
+    assert "for (long i1 = 0; i1 < 6; i1 += 3)" in kernel  # 3 accumulators for 6 iterations
+    assert "b_x[i0*64 + (i1 + 1)*16]" in kernel
+    assert "acc1_0 = dojo_max_f32x4(acc1_0, acc1_1);" in kernel
+    assert "b_ni[i0] = dojo_max_i32(b_ni[i0], dojo_hmax_i32x8(acc1_0));" in kernel
+    assert "b_t[0] += dojo_hadd_f32x64(" in kernel  # no loop of its own to keep an accumulator across
+    assert "a = a + v[" not in kernel and "a = dojo_max_f32(a, v[" not in kernel  # no lane by lane
+    for seed in range(3):
+        assert_matches(program, cache, random_inputs(program, seed))
+    inputs = random_inputs(program, 0)
+    inputs["x"][1, 5] = inputs["x"][2, 40] = inputs["x"][3, 20] = np.nan
+    outputs = compiled_outputs(program, inputs, cache)
+    expected = interpret(program, inputs)
+    for name in ("hi", "lo", "s", "p"):  # NaN propagates through the vector max and min too
+        assert np.isnan(outputs[name]).any()
+        np.testing.assert_array_equal(np.isnan(outputs[name]), np.isnan(expected[name]))
+    assert_matches(program, cache, inputs)
+
+
+def test_reduction_reading_its_accumulator_is_not_kept_in_vectors(cache: Path) -> None:
+    # the value reads the buffer that holds the accumulator: no vector accumulator
+    program = load("""kernel k(x) -> y
 
 x f32 [32] heap
-s f32 [] heap
+y f32 [32] heap
 
-s[] = 0
-4 8:v s[] += x[{0}*8+{1}]
+y[0] = 1
+2 16:v y[0] += x[{0}*16+{1}] * y[{0}*16+{1}]
 """)
-    x = np.tile(np.array([1e8, 1, -1e8, 1], np.float32), 8)
-    sequential = np.float32(0)
-    for value in x:
-        sequential = np.float32(sequential + value)
-    assert compiled_outputs(program, {"x": x}, cache)["s"] == sequential == interpret(program, {"x": x})["s"]
+    assert "acc0_0" not in generate(program, NATIVE)
+
+
+MATH = """kernel k(x) -> e, l, t, ed
+
+x f32 [4096] heap
+e f32 [4096] heap
+l f32 [4096] heap
+t f32 [4096] heap
+ed f64 [4096] heap
+
+256 16:v e[{0}*16+{1}] = exp(x[{0}*16+{1}])
+512 8:v l[{0}*8+{1}] = log(x[{0}*8+{1}])
+1024 4:v t[{0}*4+{1}] = tanh(x[{0}*4+{1}])
+2048 2:v ed[{0}*2+{1}] = exp(x[{0}*2+{1}])
+"""
+SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 88.72, 88.7228, 88.73, 89, 89.5, 100, 1e30, -1e30, -87.3, -88, -100,
+           -103.9, -104, -104.1, -110, 1e-45, 1e-40, 1.17e-38, 1e-30, -1, -1e-30, 1, 2, 0.5, 0.7071, 0.7072, 1e-4,
+           -1e-4, 0.6249, 0.6251, -0.6251, 9, 10, -10, 3.4e38, 1e-8, 20, -20]
+
+
+def math_inputs() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(5)
+    x = np.concatenate([np.array(SPECIAL, np.float32), rng.uniform(-110, 110, 1500), rng.standard_normal(1500),
+                        np.exp(rng.uniform(-100, 88, 4096))])[:4096]
+    return {"x": x.astype(np.float32)}
+
+
+def check_math(outputs: dict[str, np.ndarray], x: np.ndarray) -> None:
+    """Within 4 ulp of numpy where the result is a normal float, and numpy's
+    special values (0, inf, NaN, subnormals within tolerance) everywhere."""
+    with np.errstate(all="ignore"):
+        expected = {"e": np.exp(x), "l": np.log(x), "t": np.tanh(x), "ed": np.exp(x.astype(np.float64))}
+    for name, want in expected.items():
+        got = outputs[name]
+        special = ~np.isfinite(want) | (want == 0)
+        np.testing.assert_array_equal(got[special], want[special], err_msg=name)
+        normal = np.isfinite(want) & (np.abs(want) >= np.finfo(want.dtype).tiny)
+        ulps = np.abs(got[normal].astype(np.float64) - want[normal]) / np.spacing(np.abs(want[normal]))
+        assert ulps.max() <= 4, (name, x[normal][ulps.argmax()], ulps.max())
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def test_vector_math_is_accurate_with_special_values(cache: Path) -> None:
+    """exp, log and tanh of f32 vectors are polynomials in vector code (no
+    scalar call per lane); f64 keeps the libm call per lane."""
+    program = load(MATH)
+    source = generate(program, NATIVE)
+    assert "static inline vf32x16 dojo_exp_f32x16(vf32x16 x)" in source and "expf(" not in source
+    assert "dojo_log_f32x8(vf32x8 x)" in source and "dojo_exp_f32x4" in source  # tanh calls exp
+    assert "r[k] = exp(a[k])" in source  # f64
+    inputs = math_inputs()
+    check_math(compiled_outputs(program, inputs, cache), inputs["x"])
+
+
+STREAMING = """kernel k(x, g) -> y, z, u, w
+
+x f32 [8, 64] heap
+g f32 [64] heap
+y f32 [8, 64] heap
+z f32 [8, 64] heap
+u f32 [8, 64] heap
+w f32 [8, 64] heap
+
+8 4 16:v y[{0},{1}*16+{2}] = exp(x[{0},{1}*16+{2}]) * g[{1}*16+{2}]
+8 64 z[{0},{1}] = x[{0},{1}] + 1
+8 4 16:v z[{0},{1}*16+{2}] += x[{0},{1}*16+{2}]
+8:p 4 16:v u[{0},{1}*16+{2}] = x[{0},{1}*16+{2}] - g[{1}*16+{2}]
+8 16 4:v w[{0},{1}*4+{2}] = x[{0},{1}*4+{2}]
+4 8 w[{0}*2,{1}] = 0
+"""
+
+
+def test_streaming_stores_only_where_safe(cache: Path) -> None:
+    """Outputs written once by a `:v` store, never read, aligned and big
+    enough are stored with streaming stores on x86, fenced at the end of each
+    thread's share of a `:p` loop and of the kernel; `z` is read back (a
+    reduction), `w` written twice. Other targets get ordinary stores."""
+    program = load(STREAMING)
+    assert streamed(program, 0) == {"y", "u"}
+    assert streamed(program, 8 * 64 * 4 + 1) == set()  # smaller than the threshold
+    assert streamed(load(KERNELS["add"].text()), streaming_threshold_bytes()) == set()  # not vectorized
+    source = generate_c(program, NATIVE if NATIVE.x86 else get_target("x86-avx2"), threshold=0)
+    kernel = source[source.index("static void kernel"):source.index("static void *dojo_alloc")]
+    assert kernel.count("dojo_stream_f32x16(&b_") == 2 and "dojo_stream_f32x16(&b_y[i0*64 + i1*16], " in kernel
+    assert ("#pragma omp parallel\n    {\n        #pragma omp for schedule(static) nowait\n"
+            "        for (long i0 = 0; i0 < 8; ++i0) {") in kernel
+    assert kernel.count("dojo_sfence();") == 2 and kernel.rstrip().endswith("dojo_sfence(); /* the streaming stores "
+                                                                         "are done before the caller reads */\n}")
+    assert "_mm512_stream_ps" in source and "_mm256_stream_ps" in source  # whichever the target has
+    assert "dojo_stream" not in generate_c(program, get_target("arm-neon"), threshold=0)
+    assert "dojo_stream" not in generate_c(program, None, threshold=0)
+    vectors = load(VECTORS)  # `yd[{0},{1}*2+{2}+1]`: 16 bytes, not aligned to them
+    (scope, chain), = [(s, c) for s, c in walk_scopes(vectors.body) if s.kind == "v" and s.size == 2]
+    assert not streamable(scope, len(chain), vectors, {0: "i0", 1: "i1"})
+    for target in [NATIVE] + [get_target(t) for t in ("x86-avx2", "x86-avx512") if get_target(t).runnable()]:
+        inputs = random_inputs(program, 2)
+        binary = build(generate_c(program, target, threshold=0), target, cache)
+        actual = run_binary(binary.path, program, inputs, target)[0]
+        expected = interpret(program, inputs)
+        for name in program.outputs:
+            np.testing.assert_allclose(actual[name], expected[name], rtol=RTOL, atol=ATOL, equal_nan=True)
+
+
+def test_big_outputs_stream_by_default() -> None:
+    program = load(KERNELS["relu"].text())
+    for move in ("split_scope(op=y, depth=1, factor=16)", "vectorize_scope(op=y, depth=2)"):
+        program = apply(program, move)
+    assert 4096 * 4096 * 4 >= streaming_threshold_bytes() > 0
+    assert ("dojo_stream_f32x16(&b_y[" in generate(program, NATIVE)) == NATIVE.x86
+    assert "dojo_stream" not in generate(program, "arm-neon")
 
 
 def test_unrolled_scopes(cache: Path) -> None:
@@ -262,7 +422,7 @@ u f32 [64:1] stack
 |    8:v y[{0},{1}] = t[{0},{1}] / u[{0}]
 """)
     source = generate(program, NATIVE)
-    loop = source.index("#pragma omp parallel for\n    for (long i0 = 0; i0 < 64; ++i0) {")
+    loop = source.index("#pragma omp parallel for schedule(static)\n    for (long i0 = 0; i0 < 64; ++i0) {")
     # declared inside the parallel loop's body: each thread has its own
     assert loop < source.index("float b_t[8]") < source.index("float b_u[1]") < source.index("b_u[0] = ")
     for seed in range(3):
@@ -450,5 +610,11 @@ def test_other_targets_run_correctly(name: str, cache: Path) -> None:
         pytest.skip(f"{target.compiler[0]} is not installed (`make` installs the cross compilers)")
     if not target.runnable():
         pytest.skip(f"cannot run {name} binaries here: no {target.launcher[:1] or target.cpu_flags} on this machine")
-    for program in (tuned_softmax(m=4, n=32), load(VECTORS), load(NAN_PROGRAM), load(KERNELS["matmul"].small())):
+    for program in (tuned_softmax(m=4, n=32), load(VECTORS), load(NAN_PROGRAM), load(KERNELS["matmul"].small()),
+                    load(REDUCTIONS)):
         assert_matches(program, cache, target=target)
+    inputs = math_inputs()
+    check_math(compiled_outputs(load(MATH), inputs, cache, target), inputs["x"])
+    streaming = load(STREAMING)
+    assert ("dojo_stream" in generate_c(streaming, target, threshold=0)) == target.x86
+    assert_matches(streaming, cache, target=target)

@@ -6,16 +6,58 @@
 #include <stdlib.h>
 #include <time.h>
 
+typedef float vf32x2 __attribute__((vector_size(8)));
+typedef float vf32x4 __attribute__((vector_size(16)));
+typedef float vf32x8 __attribute__((vector_size(32)));
 typedef float vf32x16 __attribute__((vector_size(64)));
+typedef int32_t vi32x2 __attribute__((vector_size(8)));
+typedef int32_t vi32x4 __attribute__((vector_size(16)));
+typedef int32_t vi32x8 __attribute__((vector_size(32)));
+typedef int32_t vi32x16 __attribute__((vector_size(64)));
 
 static inline float dojo_max_f32(float a, float b) { return a != a ? a : (a > b ? a : b); }
 
-static inline vf32x16 dojo_exp_f32x16(vf32x16 a) { vf32x16 r; for (int k = 0; k < 16; ++k) r[k] = expf(a[k]); return r; }
+static inline vf32x16 dojo_exp_f32x16(vf32x16 x)
+{
+    vf32x16 n = x * 1.44269504088896341f + 12582912.0f;
+    n = n - 12582912.0f; /* round(x / ln 2) */
+    /* 2^n between 2^-150 (0) and 2^128 (inf); a NaN n becomes -150 and its r stays NaN */
+    for (int k = 0; k < 16; ++k) {
+        float t = n[k] > -150.0f ? n[k] : -150.0f;
+        n[k] = t < 128.0f ? t : 128.0f;
+    }
+    vf32x16 r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    vf32x16 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f; /* inf for x = inf or beyond the clamp */
+    /* times 2^n as two factors, each a normal float: overflow and subnormals round once */
+    vi32x16 k = __builtin_convertvector(n, vi32x16), k1 = k >> 1, k2 = k - k1;
+    vf32x16 y = p * (vf32x16)((k1 + 127) << 23) * (vf32x16)((k2 + 127) << 23);
+    for (int k = 0; k < 16; ++k)
+        y[k] = x[k] < -104.0f ? 0.0f : y[k]; /* below half the least subnormal, -inf included */
+    return y;
+}
+static inline float dojo_hadd_f32x2(vf32x2 a) { return a[0] + a[1]; }
+static inline float dojo_hadd_f32x4(vf32x4 a) { vf32x2 l = __builtin_shufflevector(a, a, 0, 1), h = __builtin_shufflevector(a, a, 2, 3); return dojo_hadd_f32x2(l + h); }
+static inline float dojo_hadd_f32x8(vf32x8 a) { vf32x4 l = __builtin_shufflevector(a, a, 0, 1, 2, 3), h = __builtin_shufflevector(a, a, 4, 5, 6, 7); return dojo_hadd_f32x4(l + h); }
+static inline float dojo_hadd_f32x16(vf32x16 a) { vf32x8 l = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7), h = __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15); return dojo_hadd_f32x8(l + h); }
+static inline float dojo_hmax_f32x2(vf32x2 a) { return dojo_max_f32(a[0], a[1]); }
+static inline vf32x2 dojo_max_f32x2(vf32x2 a, vf32x2 b) { vi32x2 m = (a > b) | (a != a); return (vf32x2)(((vi32x2)a & m) | ((vi32x2)b & ~m)); }
+static inline float dojo_hmax_f32x4(vf32x4 a) { vf32x2 l = __builtin_shufflevector(a, a, 0, 1), h = __builtin_shufflevector(a, a, 2, 3); return dojo_hmax_f32x2(dojo_max_f32x2(l, h)); }
+static inline vf32x4 dojo_max_f32x4(vf32x4 a, vf32x4 b) { vi32x4 m = (a > b) | (a != a); return (vf32x4)(((vi32x4)a & m) | ((vi32x4)b & ~m)); }
+static inline float dojo_hmax_f32x8(vf32x8 a) { vf32x4 l = __builtin_shufflevector(a, a, 0, 1, 2, 3), h = __builtin_shufflevector(a, a, 4, 5, 6, 7); return dojo_hmax_f32x4(dojo_max_f32x4(l, h)); }
+static inline vf32x8 dojo_max_f32x8(vf32x8 a, vf32x8 b) { vi32x8 m = (a > b) | (a != a); return (vf32x8)(((vi32x8)a & m) | ((vi32x8)b & ~m)); }
+static inline float dojo_hmax_f32x16(vf32x16 a) { vf32x8 l = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7), h = __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15); return dojo_hmax_f32x8(dojo_max_f32x8(l, h)); }
+static inline vf32x16 dojo_max_f32x16(vf32x16 a, vf32x16 b) { vi32x16 m = (a > b) | (a != a); return (vf32x16)(((vi32x16)a & m) | ((vi32x16)b & ~m)); }
 static inline vf32x16 dojo_splat_f32x16(float s) { return (vf32x16){s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s}; }
 
 static void kernel(const float *restrict b_x, float *restrict b_y)
 {
-    #pragma omp parallel for
+    #pragma omp parallel for schedule(static)
     for (long i0 = 0; i0 < 4; ++i0) {
         float b_m[1] __attribute__((aligned(64)));
         float b_e[32] __attribute__((aligned(64)));
@@ -24,28 +66,14 @@ static void kernel(const float *restrict b_x, float *restrict b_y)
         float b_s_acc[1] __attribute__((aligned(64)));
         b_m[0] = -((float)INFINITY);
         b_m_acc[0] = b_m[0];
-        for (long i1 = 0; i1 < 2; ++i1) {
-            {
-                const vf32x16 v = *(const vf32x16 *)&b_x[i0*32 + i1*16];
-                float a = b_m_acc[0];
-                a = dojo_max_f32(a, v[0]);
-                a = dojo_max_f32(a, v[1]);
-                a = dojo_max_f32(a, v[2]);
-                a = dojo_max_f32(a, v[3]);
-                a = dojo_max_f32(a, v[4]);
-                a = dojo_max_f32(a, v[5]);
-                a = dojo_max_f32(a, v[6]);
-                a = dojo_max_f32(a, v[7]);
-                a = dojo_max_f32(a, v[8]);
-                a = dojo_max_f32(a, v[9]);
-                a = dojo_max_f32(a, v[10]);
-                a = dojo_max_f32(a, v[11]);
-                a = dojo_max_f32(a, v[12]);
-                a = dojo_max_f32(a, v[13]);
-                a = dojo_max_f32(a, v[14]);
-                a = dojo_max_f32(a, v[15]);
-                b_m_acc[0] = a;
+        {
+            vf32x16 acc1_0 = dojo_splat_f32x16(-INFINITY), acc1_1 = dojo_splat_f32x16(-INFINITY);
+            for (long i1 = 0; i1 < 2; i1 += 2) {
+                acc1_0 = dojo_max_f32x16(acc1_0, *(const vf32x16 *)&b_x[i0*32 + i1*16]);
+                acc1_1 = dojo_max_f32x16(acc1_1, *(const vf32x16 *)&b_x[i0*32 + (i1 + 1)*16]);
             }
+            acc1_0 = dojo_max_f32x16(acc1_0, acc1_1);
+            b_m_acc[0] = dojo_max_f32(b_m_acc[0], dojo_hmax_f32x16(acc1_0));
         }
         b_m[0] = b_m_acc[0];
         for (long i1 = 0; i1 < 2; ++i1) {
@@ -53,28 +81,14 @@ static void kernel(const float *restrict b_x, float *restrict b_y)
         }
         b_s[0] = ((float)0);
         b_s_acc[0] = b_s[0];
-        for (long i1 = 0; i1 < 2; ++i1) {
-            {
-                const vf32x16 v = *(const vf32x16 *)&b_e[i1*16];
-                float a = b_s_acc[0];
-                a = a + v[0];
-                a = a + v[1];
-                a = a + v[2];
-                a = a + v[3];
-                a = a + v[4];
-                a = a + v[5];
-                a = a + v[6];
-                a = a + v[7];
-                a = a + v[8];
-                a = a + v[9];
-                a = a + v[10];
-                a = a + v[11];
-                a = a + v[12];
-                a = a + v[13];
-                a = a + v[14];
-                a = a + v[15];
-                b_s_acc[0] = a;
+        {
+            vf32x16 acc1_0 = dojo_splat_f32x16(0.0f), acc1_1 = dojo_splat_f32x16(0.0f);
+            for (long i1 = 0; i1 < 2; i1 += 2) {
+                acc1_0 = acc1_0 + (*(const vf32x16 *)&b_e[i1*16]);
+                acc1_1 = acc1_1 + (*(const vf32x16 *)&b_e[(i1 + 1)*16]);
             }
+            acc1_0 = acc1_0 + (acc1_1);
+            b_s_acc[0] += dojo_hadd_f32x16(acc1_0);
         }
         b_s[0] = b_s_acc[0];
         for (long i1 = 0; i1 < 2; ++i1) {
