@@ -15,7 +15,9 @@ Verification. Every measured program is checked against its spec (`spec`, or the
 both see the same inputs (`dojo_ir.random_inputs(spec, SEED)`) and the outputs must agree within
 the dtype's tolerance (`runner.verify`). The reference outputs come from the reference interpreter
 when the spec is small (at most INTERPRET_LIMIT iterations of its operations), else from the spec
-compiled for the same target with its scheduling stripped and run once without timing. They are
+compiled for the same target with its scheduling stripped and run once without timing, twice: with
+its temporaries in their own precision and in f64, and a program passes between the two (long f32
+reductions summed in order drift, and vectorized partial sums land nearer the exact result). They are
 remembered per spec, so a search that measures many programs of one spec computes them once.
 
 Isolation. The binary runs in a child process in its own session, so that a time limit kills
@@ -78,13 +80,13 @@ def iterations(program: Program) -> int:
     return sum(prod(scope.size for scope in chain) for _, chain in walk_ops(program.body))
 
 
-def unscheduled(program: Program) -> Program:
-    """The program run sequentially: every scope plain, shared memory on the heap, f32 temporaries
-    in f64. It computes the same, so its compiled form is a reference that owes nothing to the
-    schedule's code paths. The temporaries are wider because they hold the long reductions (a
-    batch norm's mean sums 33.5M values): summed in order in f32 they drift by percents, further
-    from the exact sum than the reassociated partial sums of a vectorized program, which would then
-    fail against a reference less accurate than itself."""
+def unscheduled(program: Program, wide: bool = False) -> Program:
+    """The program run sequentially: every scope plain, shared memory on the heap, and with `wide`
+    its f32 temporaries in f64. It computes the same, so its compiled form is a reference that owes
+    nothing to the schedule's code paths. Both forms are references because temporaries hold the
+    long reductions (a batch norm's mean sums 33.5M values): summed in order in f32 they drift by
+    percents, and a vectorized program's partial sums land nearer the wide result; either is what
+    the spec means."""
 
     def plain(nodes: tuple[Node, ...]) -> tuple[Node, ...]:
         return tuple(n if isinstance(n, Op) else replace(n, kind="", body=plain(n.body)) for n in nodes)
@@ -94,7 +96,7 @@ def unscheduled(program: Program) -> Program:
 
     def reference_buffer(buffer: Buffer) -> Buffer:
         buffer = replace(buffer, location="heap") if buffer.location == "shared" else buffer
-        return replace(buffer, dtype="f64") if buffer.dtype == "f32" and buffer.name not in io else buffer
+        return replace(buffer, dtype="f64") if wide and buffer.dtype == "f32" and buffer.name not in io else buffer
 
     return replace(bare, buffers=tuple(reference_buffer(b) for b in bare.buffers), body=plain(bare.body))
 
@@ -114,21 +116,23 @@ class _References:
 
     def __init__(self, max_bytes: int):
         self._max_bytes = max_bytes
-        self._items: OrderedDict[tuple[str, str], dict[str, np.ndarray]] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], list[dict[str, np.ndarray]]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str]) -> dict[str, np.ndarray] | None:
+    def get(self, key: tuple[str, str]) -> list[dict[str, np.ndarray]] | None:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
             return self._items.get(key)
 
-    def put(self, key: tuple[str, str], outputs: dict[str, np.ndarray]) -> None:
+    def put(self, key: tuple[str, str], outputs: list[dict[str, np.ndarray]]) -> None:
         with self._lock:
             self._items[key] = outputs
-            while len(self._items) > 1 and sum(a.nbytes for o in self._items.values() for a in o.values()) > \
-                    self._max_bytes:
+            while len(self._items) > 1 and self._bytes() > self._max_bytes:
                 self._items.popitem(last=False)
+
+    def _bytes(self) -> int:
+        return sum(a.nbytes for references in self._items.values() for r in references for a in r.values())
 
 
 class LocalRunner:
@@ -178,33 +182,37 @@ class LocalRunner:
             expected, problem = self._reference(spec, program, chosen, inputs, given, Path(work))
 
         times = outcome.times
-        verified, max_error = (None, None) if expected is None else compare(program, outcome.outputs, expected)
+        verified, max_error = (None, None) if expected is None else compare(program, outcome.outputs, *expected)
         return RunResult(chosen.name, statistics.median(times), min(times), max(times), repeats, compile_s,
                          verified, max_error, problem, times)
 
     def _reference(self, spec: Program, program: Program, target: Target, inputs: dict[str, np.ndarray],
-                   given: Path, work: Path) -> tuple[dict[str, np.ndarray] | None, str | None]:
-        """The spec's outputs on `inputs`, or None and why they could not be computed."""
+                   given: Path, work: Path) -> tuple[list[dict[str, np.ndarray]] | None, str | None]:
+        """The spec's outputs on `inputs` (the interpreter's, or the compiled spec's with its
+        temporaries in their own precision and in f64: a program is right between them), or None
+        and why they could not be computed."""
         small = iterations(spec) <= INTERPRET_LIMIT
         key = (to_text(spec), "interpreter" if small else target.name)
         cached = self._references.get(key)
         if cached is not None:
             return cached, None
         if small:
-            outputs = interpret(spec, inputs)
+            references = [interpret(spec, inputs)]
         else:
-            sequential = unscheduled(spec)
-            try:
-                binary = build(generate(sequential, target), target, cache_dir=self.cache_dir)
-            except (BuildError, DojoError, ValueError) as error:
-                return None, f"cannot build the spec for reference outputs: {error}"
-            outcome = self._execute(binary.path, target, sequential, given, work / "reference.bin", 0, 0)
-            if outcome.error is not None:
-                return None, f"the spec, run for reference outputs, failed: {outcome.error}"
-            assert outcome.outputs is not None
-            outputs = outcome.outputs
-        self._references.put(key, outputs)
-        return outputs, None
+            references = []
+            for wide in (False, True):
+                sequential = unscheduled(spec, wide)
+                try:
+                    binary = build(generate(sequential, target), target, cache_dir=self.cache_dir)
+                except (BuildError, DojoError, ValueError) as error:
+                    return None, f"cannot build the spec for reference outputs: {error}"
+                outcome = self._execute(binary.path, target, sequential, given, work / "reference.bin", 0, 0)
+                if outcome.error is not None:
+                    return None, f"the spec, run for reference outputs, failed: {outcome.error}"
+                assert outcome.outputs is not None
+                references.append(outcome.outputs)
+        self._references.put(key, references)
+        return references, None
 
     def _execute(self, binary: Path, target: Target, program: Program, given: Path, written: Path,
                  repeats: int, warmup: int) -> _Outcome:

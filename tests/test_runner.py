@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from codegen import generate
@@ -113,7 +114,9 @@ def test_the_compiled_reference_sums_temporaries_in_f64(runner: LocalRunner) -> 
     and must not fail against a reference less accurate than itself."""
     spec = load(LONG_SUM)
     assert iterations(spec) > INTERPRET_LIMIT  # the reference is the compiled spec
-    assert unscheduled(spec).buffer_of["s"].dtype == "f64" and unscheduled(spec).buffer_of["y"].dtype == "f32"
+    wide = unscheduled(spec, wide=True)
+    assert wide.buffer_of["s"].dtype == "f64" and wide.buffer_of["y"].dtype == "f32"
+    assert runner.run(spec, repeats=1, warmup=0, spec=spec).ok  # the spec drifts, and is still right
     moves = ["split_scope(op=s#2, depth=1, factor=16)", "vectorize_scope(op=s#2, depth=2)"]
     program = load(LONG_SUM)
     for move in moves:
@@ -236,3 +239,14 @@ def test_dojo_run_reports_a_crash_and_an_unreachable_runner(tmp_path: Path, cach
     remote = dojo("run", str(tmp_path / "k.dojo"), "--runner", "http://127.0.0.1:9", "--token-file",
                   str(tmp_path / "token"), cache=cache)
     assert remote.returncode == 1 and "cannot reach" in remote.stderr
+
+
+def test_compare_accepts_what_lies_between_two_references() -> None:
+    from runner.verify import compare
+
+    program = load(LONG_SUM)
+    low, high = {"y": np.array([100.0, 200.0], np.float32)}, {"y": np.array([102.0, 200.0], np.float32)}
+    assert compare(program, {"y": np.array([101.0, 200.0], np.float32)}, low, high)[0]
+    assert not compare(program, {"y": np.array([101.0, 200.0], np.float32)}, low)[0]
+    outside, worst = compare(program, {"y": np.array([103.0, 200.0], np.float32)}, low, high)
+    assert not outside and worst == 1.0
