@@ -1,0 +1,556 @@
+"""The library benchmark: PerfDojo's kernels (the paper's Table 3) against numpy, PyTorch eager, torch.compile,
+ONNX Runtime and TVM MetaSchedule, each against the roofline bound of this machine.
+
+    python bench/library.py                       # every kernel and peer at the paper's shapes
+    python bench/library.py --quick               # small shapes, 8 TVM trials: a smoke run
+    python bench/library.py --tuned DIR           # PerfDojo's times from DIR/<kernel>.dojo (`dojo tune` results)
+    python bench/library.py --kernels softmax relu --peers torch tvm --tvm-trials 64 --scale 4
+    python bench/library.py --convergence a.jsonl b.jsonl    # also plot best time against evaluations
+
+Per kernel: the machine's limits (`runner.roofline.machine_limits`), the roofline bound of the spec
+(`work`, `bound_s`), each peer's time (bench/peers: warm-up, then repetitions on preallocated inputs until
+0.5 s are timed, median, holding the runner's `bench.lock` as `dojo run` does; inputs
+`dojo_ir.random_inputs(spec, 0)`, as the runner's; the output checked against numpy in float64 within a
+relative 1e-3, else "wrong numbers") and PerfDojo's: the tuned program
+`DIR/<kernel>.dojo` measured by `runner.measure.measure(LocalRunner(), program, spec=spec)` (at least 1 s
+timed, verified against the spec), or the spec itself, marked "untuned", when there is none. Every peer runs
+in a forked child with a time limit, so a crash, a hang or an exception is a recorded failure, not the end
+of the run. Results: bench/results/library.md and the plots bench/results/library_speedup_<peer>.png
+(Figure 1b/14 style) and, with --convergence, bench/results/library_convergence.png (Figure 13 style).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.peers import PEERS, Outcome, evaluate, reference, spec_of  # noqa: E402
+from dojo_ir import DojoError, load, random_inputs  # noqa: E402
+from dojo_ir.library import KERNELS  # noqa: E402
+from runner.roofline import bound_s, machine_limits, work  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+SEED = 0
+
+# Small shapes for --quick: every kernel in well under a second per peer.
+QUICK: dict[str, dict[str, int]] = {
+    "add": {"m": 384, "n": 512},
+    "batchnorm1": {"n": 2, "c": 3, "h": 256, "w": 256},
+    "batchnorm2": {"n": 2, "c": 16, "h": 75, "w": 75},
+    "bmm": {"b": 8, "m": 64, "k": 32, "n": 64},
+    "conv1": {"n": 1, "co": 10, "ci": 3, "h": 64, "w": 64, "k": 5},
+    "conv2": {"n": 1, "co": 16, "ci": 16, "h": 28, "w": 28, "k": 3},
+    "layernorm1": {"m": 512, "n": 256},
+    "layernorm2": {"m": 256, "n": 512},
+    "matmul": {"m": 96, "k": 128, "n": 128},
+    "mul": {"m": 6, "n": 14336},
+    "reducemean": {"m": 256, "n": 512},
+    "relu": {"m": 256, "n": 512},
+    "relu_ffn": {"n": 1, "c": 16, "h": 28, "w": 28},
+    "rmsnorm": {"m": 192, "n": 512},
+    "softmax": {"m": 768, "n": 128},
+    "swiglu": {"b": 1, "t": 32, "d": 256, "h": 64},
+}
+
+
+def shape_of(kernel: str, scale: int = 1, quick: bool = False) -> tuple[dict[str, int], str]:
+    """The shape to run and how it differs from the paper's: the paper's, or its outermost dimension larger
+    than 1 divided by `scale` (swiglu's batch is 1, so its tokens), or the --quick shape."""
+    if quick:
+        return dict(QUICK[kernel]), "quick"
+    params = dict(KERNELS[kernel].params)
+    if scale == 1:
+        return params, ""
+    outer = next(name for name, size in params.items() if size > 1)
+    params[outer] = max(1, params[outer] // scale)
+    return params, f"{outer} {KERNELS[kernel].params[outer]} -> {params[outer]}"
+
+
+def shape_words(shape: dict[str, int]) -> str:
+    return "x".join(str(v) for v in shape.values())
+
+
+# -- running the peers, each in a forked child ------------------------------------------------
+
+
+def reuse_heap() -> None:
+    """Make glibc's malloc keep and reuse freed memory instead of mapping every large block afresh and
+    unmapping it on free (blocks over 32 MB always are): else numpy, torch and torch.compile pay a page
+    fault per 4 KiB of every output on every call, which on this virtual machine costs them up to 2x on the
+    memory-bound kernels. The same as the jemalloc or tcmalloc that PyTorch recommends on the CPU; ONNX
+    Runtime, TVM and PerfDojo write into preallocated outputs anyway."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    m_trim_threshold, m_mmap_max = -1, -4
+    libc.mallopt(m_mmap_max, 0)
+    libc.mallopt(m_trim_threshold, 2**31 - 1)
+
+
+def _child(connection: Any, peer: str, kernel: str, shape: dict[str, int], inputs: Any, expected: Any,
+           options: dict[str, Any], system_malloc: bool = False) -> None:
+    os.setpgid(0, 0)  # a group of its own, so that run_peer can end it with whatever it started
+    try:
+        if not system_malloc:
+            reuse_heap()
+        from codegen.build import default_cache_dir
+        from runner.files import exclusive
+
+        lock = default_cache_dir() / "bench.lock"  # the runner's: no other benchmark times while a peer does
+        outcome = evaluate(peer, kernel, shape, inputs, expected, lock=lambda: exclusive(lock), **options)
+        outcome.notes = {k: v for k, v in outcome.notes.items() if k in ("trials", "traceback")}
+    except BaseException as error:  # noqa: BLE001
+        outcome = Outcome(peer, kernel, failure=f"exception: {type(error).__name__}: {str(error)[:160]}")
+    connection.send(outcome)
+    connection.close()
+
+
+def run_peer(peer: str, kernel: str, shape: dict[str, int], inputs: Any, expected: Any, timeout_s: float,
+             options: dict[str, Any], system_malloc: bool = False) -> Outcome:
+    """`evaluate` in a forked child (inputs and reference shared copy-on-write), killed after `timeout_s`
+    together with the processes it started."""
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    started = time.perf_counter()
+    process = context.Process(target=_child, args=(send, peer, kernel, shape, inputs, expected, options,
+                                                               system_malloc))
+    process.start()
+    send.close()
+    outcome: Outcome | None = None
+    if receive.poll(timeout_s):
+        try:
+            outcome = receive.recv()
+        except EOFError:
+            outcome = None
+    process.join(5)
+    try:  # the child and what it started (TVM's measuring workers outlive it otherwise)
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.join()
+    if outcome is None:
+        elapsed = time.perf_counter() - started
+        if elapsed >= timeout_s:
+            return Outcome(peer, kernel, setup_s=elapsed, failure=f"timeout: no result in {timeout_s:.0f} s")
+        return Outcome(peer, kernel, setup_s=elapsed, failure=f"crashed: exit code {process.exitcode}")
+    return outcome
+
+
+def peer_options(peer: str, args: argparse.Namespace) -> dict[str, Any]:
+    if peer == "tvm":
+        return {"trials": args.tvm_trials}
+    return {}
+
+
+# -- PerfDojo ---------------------------------------------------------------------------------
+
+
+def perfdojo(kernel: str, spec: Any, tuned_dir: Path | None) -> dict[str, Any]:
+    """PerfDojo's time: the tuned program if there is one, else the spec ("untuned")."""
+    from runner.local import LocalRunner
+    from runner.measure import measure
+
+    program, source = spec, "untuned"
+    if tuned_dir is not None and (tuned_dir / f"{kernel}.dojo").exists():
+        path = tuned_dir / f"{kernel}.dojo"
+        try:
+            program, source = load(path.read_text()), "tuned"
+        except DojoError as error:
+            return {"source": "tuned", "failure": f"invalid {path.name}: {str(error).splitlines()[0][:120]}"}
+    try:
+        result = measure(LocalRunner(), program, repeats=3, warmup=1, spec=spec)
+    except Exception as error:  # noqa: BLE001
+        return {"source": source, "failure": f"exception: {type(error).__name__}: {str(error)[:160]}"}
+    if result.error is not None:
+        return {"source": source, "failure": result.error.splitlines()[0][:160]}
+    if result.verified is False:
+        return {"source": source, "failure": f"wrong numbers: max error {result.max_error:.2g}"}
+    return {"source": source, "median_s": result.median_s, "min_s": result.min_s, "repeats": result.repeats,
+            "compile_s": result.compile_s, "verified": result.verified}
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} us"
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def report(rows: list[dict[str, Any]], peers: list[str], machine: Any, meta: dict[str, Any]) -> str:
+    out = ["# Library benchmark: PerfDojo against its peers", ""]
+    out.append(f"`{meta['command']}`, {meta['date']}, {meta['elapsed_s']:.0f} s.")
+    out.append("")
+    out.append(f"Machine: {machine.cpu}, {machine.cores} cores, memory bandwidth "
+               f"{machine.bandwidth_Bps / 1e9:.1f} GB/s, peak f32 {machine.peak_flops / 1e9:.0f} GFLOP/s "
+               f"(`runner.roofline.machine_limits()`). Load average (1, 5, 15 min) before "
+               f"{meta['load_before']}, after {meta['load_after']}: other work shared the 2 cores, so "
+               "times are noisy.")
+    out.append("")
+    out.append(f"Peers: {meta['versions']}. All on the CPU with {2} threads. TVM: MetaSchedule with "
+               f"{meta['tvm_trials']} trials (random cost model: the bench extra has no xgboost), best "
+               "schedule built with LLVM for this CPU; 0 trials means TVM's default schedule. torch.compile: "
+               "inductor, static shapes. numpy and torch allocate their outputs per call; "
+               + ("glibc's malloc as is (--system-malloc). " if meta["system_malloc"] else
+                  "malloc set to reuse freed memory (`reuse_heap`), as jemalloc/tcmalloc would. ")
+               + "Times: median after warm-up over at least 0.5 s of repetitions "
+               "on the same inputs for every peer (`dojo_ir.random_inputs(spec, 0)`); every output checked "
+               "against numpy in float64 (relative 1e-3). PerfDojo: `runner.measure.measure` on the tuned "
+               "program (at least 1 s, verified against the spec by the runner), or on the spec itself "
+               "(`untuned`: the unscheduled loop nests compiled by gcc).")
+    out.append("")
+    if meta["shape_note"]:
+        out.append(meta["shape_note"])
+        out.append("")
+
+    columns = [*peers, "PerfDojo"]
+    out.append("## Times (and time / roofline bound)")
+    out.append("")
+    out.append("| kernel | shape | bound | " + " | ".join(columns) + " |")
+    out.append("|---|---|---|" + "---|" * len(columns))
+    for row in rows:
+        cells = []
+        for name in columns:
+            t = row["times"].get(name)
+            cells.append("fail" if t is None else f"{fmt_time(t)} ({t / row['bound_s']:.1f}x)")
+        dojo = row["perfdojo"]
+        if dojo.get("median_s") is not None and dojo["source"] != "tuned":
+            cells[-1] += f" {dojo['source']}"
+        shape = shape_words(row["shape"]) + (f" ({row['shape_change']})" if row["shape_change"] else "")
+        out.append(f"| {row['kernel']} | {shape} | {fmt_time(row['bound_s'])} | " + " | ".join(cells) + " |")
+    line = ["geomean time / bound", "", ""]
+    for name in columns:
+        g = geomean([row["times"][name] / row["bound_s"] for row in rows if row["times"].get(name)])
+        line.append("-" if g is None else f"{g:.1f}x")
+    out.append("| " + " | ".join(line) + " |")
+    best = []
+    for row in rows:
+        found = [(t, n) for n, t in row["times"].items() if t is not None and n != "PerfDojo"]
+        best.append(min(found) if found else None)
+    out.append("")
+    out.append("Best peer per kernel (what a tuned kernel must beat): " + ", ".join(
+        f"{row['kernel']} {b[1]} {fmt_time(b[0])} ({b[0] / row['bound_s']:.1f}x bound)"
+        for row, b in zip(rows, best, strict=True) if b is not None) + ".")
+    out.append("")
+
+    out.append("## Speedup of PerfDojo over each peer")
+    out.append("")
+    out.append("peer time / PerfDojo time; above 1 PerfDojo is faster.")
+    out.append("")
+    out.append("| kernel | PerfDojo | " + " | ".join(peers) + " |")
+    out.append("|---|---|" + "---|" * len(peers))
+    for row in rows:
+        dojo = row["times"].get("PerfDojo")
+        cells = []
+        for peer in peers:
+            t = row["times"].get(peer)
+            cells.append("-" if t is None or dojo is None else f"{t / dojo:.2f}")
+        out.append(f"| {row['kernel']} | {row['perfdojo'].get('source', '-')} | " + " | ".join(cells) + " |")
+    line = ["geomean", ""]
+    for peer in peers:
+        g = geomean([row["times"][peer] / row["times"]["PerfDojo"] for row in rows
+                     if row["times"].get(peer) and row["times"].get("PerfDojo")])
+        line.append("-" if g is None else f"{g:.2f}")
+    out.append("| " + " | ".join(line) + " |")
+    out.append("")
+
+    out.append("The bound is DRAM traffic and peak FMA rate (`runner.roofline`); arrays that fit the 260 MiB "
+               "last-level cache (inputs reused by the peers, refilled just before each run by PerfDojo's "
+               "harness) can beat it (time / bound below 1x), and so can a peer that does fewer flops than "
+               "the spec (oneDNN's Winograd convolution).")
+    out.append("")
+    out.append("## Minimum times")
+    out.append("")
+    out.append("The fastest repetition (time / bound). On this shared 2-core machine a thread of a parallel "
+               "peer that loses its core waits for the next 4 ms scheduler tick, so medians come in multiples "
+               "of 4 ms when other work runs; the minimum shows what the peer does when it has both cores.")
+    out.append("")
+    out.append("| kernel | " + " | ".join(columns) + " |")
+    out.append("|---|" + "---|" * len(columns))
+    for row in rows:
+        cells = []
+        for name in columns:
+            t = row["min"].get(name)
+            cells.append("-" if t is None else f"{fmt_time(t)} ({t / row['bound_s']:.1f}x)")
+        out.append(f"| {row['kernel']} | " + " | ".join(cells) + " |")
+    line = ["geomean time / bound"]
+    for name in columns:
+        g = geomean([row["min"][name] / row["bound_s"] for row in rows if row["min"].get(name)])
+        line.append("-" if g is None else f"{g:.1f}x")
+    out.append("| " + " | ".join(line) + " |")
+    out.append("")
+    out.append("## Failures")
+    out.append("")
+    failures = [(row["kernel"], name, reason) for row in rows for name, reason in row["failures"].items()]
+    if failures:
+        out.append("| kernel | peer | reason |")
+        out.append("|---|---|---|")
+        out.extend(f"| {k} | {p} | {r.replace('|', '/')} |" for k, p, r in failures)
+    else:
+        out.append("None.")
+    out.append("")
+
+    out.append("## Set-up times")
+    out.append("")
+    out.append("Building, compiling (torch.compile's first call) or tuning (TVM), before timing; PerfDojo: "
+               "the build of the measured program (near 0 when cached).")
+    out.append("")
+    out.append("| kernel | " + " | ".join(columns) + " |")
+    out.append("|---|" + "---|" * len(columns))
+    for row in rows:
+        out.append(f"| {row['kernel']} | " + " | ".join(
+            f"{row['setup'].get(name, 0):.1f} s" for name in columns) + " |")
+    out.append("")
+    return "\n".join(out)
+
+
+# -- plots ------------------------------------------------------------------------------------
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_speedups(rows: list[dict[str, Any]], peers: list[str], directory: Path) -> list[Path]:
+    """One bar chart per peer: PerfDojo's speedup over it per kernel, log scale, 1x marked (Figure 1b/14)."""
+    plt = _pyplot()
+    written = []
+    for peer in peers:
+        kernels, speedups = [], []
+        for row in rows:
+            t, dojo = row["times"].get(peer), row["times"].get("PerfDojo")
+            if t and dojo:
+                kernels.append(row["kernel"])
+                speedups.append(t / dojo)
+        if not kernels:
+            continue
+        fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(kernels) + 2), 3.6))
+        colors = ["tab:green" if s >= 1 else "tab:red" for s in speedups]
+        ax.bar(range(len(kernels)), [s - 1 for s in speedups], bottom=1, color=colors)  # from 1x up or down
+        ax.axhline(1, color="black", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(kernels)), kernels, rotation=45, ha="right")
+        g = geomean(speedups)
+        ax.set_title(f"PerfDojo speedup over {peer} (geomean {g:.2f}x)")
+        ax.set_ylabel("speedup")
+        for i, s in enumerate(speedups):
+            ax.text(i, s, f"{s:.2g}", ha="center", va="bottom" if s >= 1 else "top", fontsize=7)
+        fig.tight_layout()
+        path = directory / f"library_speedup_{peer.replace('.', '_')}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+    # all peers in one chart, one bar per peer and kernel (Figure 14)
+    kernels = [row["kernel"] for row in rows if row["times"].get("PerfDojo")]
+    if kernels:
+        fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(kernels) + 2), 4))
+        width = 0.8 / len(peers)
+        for j, peer in enumerate(peers):
+            xs, ys = [], []
+            for i, row in enumerate(r for r in rows if r["times"].get("PerfDojo")):
+                if row["times"].get(peer):
+                    xs.append(i - 0.4 + width * (j + 0.5))
+                    ys.append(row["times"][peer] / row["times"]["PerfDojo"])
+            g = geomean(ys)
+            label = f"{peer} (geomean {g:.2f}x)" if g else peer
+            ax.bar(xs, [y - 1 for y in ys], width=width, bottom=1, label=label)
+        ax.axhline(1, color="black", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(kernels)), kernels, rotation=45, ha="right")
+        ax.set_ylabel("PerfDojo speedup (peer time / PerfDojo time)")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = directory / "library_speedup.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.insert(0, path)
+    return written
+
+
+def best_so_far(path: Path) -> tuple[list[int], list[float]]:
+    """The best-so-far curve of a JSONL tuning log: each line an evaluation with an index (`evaluation`,
+    `index`, `eval`, `step` or `i`; else its line number) and `median_s` (null or missing: a failed one)."""
+    points = []
+    for number, line in enumerate(path.read_text().splitlines()):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        index = next((record[k] for k in ("evaluation", "index", "eval", "step", "i") if k in record), number)
+        points.append((int(index), record.get("median_s")))
+    points.sort(key=lambda p: p[0])
+    xs, ys, best = [], [], math.inf
+    for index, median in points:
+        if median is not None and median > 0:
+            best = min(best, float(median))
+        if math.isfinite(best):
+            xs.append(index)
+            ys.append(best)
+    return xs, ys
+
+
+def plot_convergence(logs: dict[str, Path], path: Path, bound: float | None = None,
+                     title: str = "Convergence") -> Path:
+    """Best time against evaluations, one line per tuning run (method / graph) (Figure 13 style)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for label, log in logs.items():
+        xs, ys = best_so_far(log)
+        if xs:
+            ax.step(xs, ys, where="post", label=label)
+    if bound:
+        ax.axhline(bound, color="black", linestyle=":", label="roofline bound")
+    ax.set_xlabel("evaluations")
+    ax.set_ylabel("best time (s)")
+    ax.set_yscale("log")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# -- main -------------------------------------------------------------------------------------
+
+
+def versions(peers: list[str]) -> str:
+    import importlib.metadata as md
+
+    names = {"numpy": "numpy", "torch": "torch", "torch.compile": "torch", "onnxruntime": "onnxruntime",
+             "tvm": "apache-tvm"}
+    seen = {}
+    for peer in peers:
+        try:
+            seen[names[peer]] = md.version(names[peer])
+        except md.PackageNotFoundError:
+            seen[names[peer]] = "not installed"
+    return ", ".join(f"{k} {v}" for k, v in seen.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
+    parser.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS))
+    parser.add_argument("--tuned", type=Path, help="directory of tuned <kernel>.dojo files")
+    parser.add_argument("--tvm-trials", type=int, default=64, help="MetaSchedule trials per kernel (0: default "
+                        "schedule)")
+    parser.add_argument("--scale", type=int, default=1, help="divide each kernel's outermost dimension by this")
+    parser.add_argument("--quick", action="store_true", help="small shapes and 8 TVM trials: a smoke run")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per peer and kernel")
+    parser.add_argument("--system-malloc", action="store_true", help="leave glibc's malloc as it is (default: "
+                        "the peers reuse freed memory, see reuse_heap)")
+    parser.add_argument("--no-perfdojo", action="store_true", help="skip PerfDojo's measurement")
+    parser.add_argument("--convergence", nargs="*", type=Path, default=[],
+                        help="JSONL tuning logs to plot as best time against evaluations")
+    parser.add_argument("--out", type=Path, default=RESULTS / "library.md")
+    args = parser.parse_args(argv)
+    if args.quick and args.tvm_trials == parser.get_default("tvm_trials"):
+        args.tvm_trials = 8
+
+    started = time.perf_counter()
+    load_before = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    machine = machine_limits()
+    rows = []
+    changes = []
+    for kernel in args.kernels:
+        shape, change = shape_of(kernel, args.scale, args.quick)
+        if change and change != "quick":
+            changes.append(f"{kernel} {change}")
+        spec = spec_of(kernel, shape)
+        bound = bound_s(work(spec), machine)
+        inputs = random_inputs(spec, SEED)
+        expected = reference(kernel, inputs)
+        row = {"kernel": kernel, "shape": shape, "shape_change": change if change != "quick" else "",
+               "bound_s": bound, "times": {}, "min": {}, "failures": {}, "setup": {}}
+        for peer in args.peers:
+            outcome = run_peer(peer, kernel, shape, inputs, expected, args.timeout, peer_options(peer, args),
+                               args.system_malloc)
+            row["times"][peer] = outcome.median_s if outcome.ok else None
+            row["min"][peer] = outcome.min_s if outcome.ok else None
+            row["setup"][peer] = outcome.setup_s
+            if not outcome.ok:
+                row["failures"][peer] = outcome.failure or "no time"
+            print(f"{kernel:11} {peer:14} {fmt_time(outcome.median_s) if outcome.ok else outcome.failure}"
+                  f"  (setup {outcome.setup_s:.1f} s)", flush=True)
+        if args.no_perfdojo:
+            row["perfdojo"] = {"source": "skipped"}
+        else:
+            dojo = perfdojo(kernel, spec, args.tuned)
+            row["perfdojo"] = dojo
+            row["times"]["PerfDojo"] = dojo.get("median_s")
+            row["min"]["PerfDojo"] = dojo.get("min_s")
+            row["setup"]["PerfDojo"] = dojo.get("compile_s", 0.0)
+            if dojo.get("failure"):
+                row["failures"]["PerfDojo"] = f"{dojo['source']}: {dojo['failure']}"
+            print(f"{kernel:11} {'PerfDojo':14} {fmt_time(dojo.get('median_s')) if dojo.get('median_s') else dojo}"
+                  f" ({dojo['source']})", flush=True)
+        rows.append(row)
+        del inputs, expected
+
+    shape_note = ""
+    if args.quick:
+        shape_note = "**Quick run: small shapes, not the paper's** (the shape column gives them)."
+    elif changes:
+        shape_note = "Shapes: the paper's (Table 3) except, scaled by --scale " + str(args.scale) + ": " + \
+            "; ".join(changes) + "."
+    else:
+        shape_note = "Shapes: the paper's (Table 3)."
+    meta = {
+        "command": "python bench/library.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "elapsed_s": time.perf_counter() - started,
+        "load_before": load_before,
+        "load_after": ", ".join(f"{v:.2f}" for v in os.getloadavg()),
+        "versions": versions(args.peers),
+        "tvm_trials": args.tvm_trials,
+        "system_malloc": args.system_malloc,
+        "shape_note": shape_note,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    text = report(rows, args.peers, machine, meta)
+    plots = [] if args.no_perfdojo else plot_speedups(rows, args.peers, args.out.parent)
+    if args.convergence:
+        plots.append(plot_convergence({p.stem: p for p in args.convergence},
+                                      args.out.parent / "library_convergence.png"))
+    if plots:
+        text += "\nPlots: " + ", ".join(f"`{p.relative_to(ROOT) if p.is_relative_to(ROOT) else p}`"
+                                        for p in plots) + ".\n"
+    tmp = args.out.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    tmp.replace(args.out)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

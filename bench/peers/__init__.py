@@ -1,0 +1,177 @@
+"""The peers PerfDojo's library kernels are compared with: numpy, PyTorch eager, torch.compile (inductor),
+ONNX Runtime and TVM MetaSchedule, each computing exactly what the kernel's `.dojo` spec computes, at any shape.
+
+Each peer is a module with `NAME` and `build(kernel, shape, inputs, **options) -> Prepared`: whatever setup
+the peer needs (graph construction, compilation, tuning), then `Prepared.run()` runs the kernel once on
+inputs the peer holds (preallocated, the same values for every peer: `dojo_ir.random_inputs(spec, seed)`)
+and `Prepared.fetch(result)` turns what `run` returned into a numpy array. `evaluate` builds, checks the
+output against a reference and times it, and turns every failure into an `Outcome` with a short reason.
+
+    spec = spec_of("softmax", shape)
+    inputs = random_inputs(spec, 0)
+    expected = reference("softmax", inputs)          # numpy in float64
+    outcome = evaluate("torch", "softmax", shape, inputs, expected)
+"""
+
+from __future__ import annotations
+
+import importlib
+import statistics
+import time
+import traceback
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from dojo_ir import Program, load
+from dojo_ir.library import KERNELS
+
+THREADS = 2
+# module names, in the order the tables show them
+PEERS: dict[str, str] = {
+    "numpy": "numpy_peer",
+    "torch": "torch_peer",
+    "torch.compile": "compile_peer",
+    "onnxruntime": "ort_peer",
+    "tvm": "tvm_peer",
+}
+RTOL = 1e-3
+
+
+class PeerFailure(Exception):
+    """A peer could not produce the kernel (no valid schedule, an unsupported operator): a result, not a bug."""
+
+
+@dataclass
+class Prepared:
+    run: Callable[[], Any]
+    fetch: Callable[[Any], np.ndarray]
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    peer: str
+    kernel: str
+    median_s: float | None = None
+    min_s: float | None = None
+    repeats: int = 0
+    setup_s: float = 0.0
+    failure: str | None = None  # "exception: ...", "wrong numbers: ...", "no valid schedule ..."
+    max_error: float | None = None  # largest |actual - expected| / (|expected| + scale)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and self.median_s is not None
+
+
+@cache
+def _spec_text(kernel: str, shape: tuple[tuple[str, int], ...]) -> str:
+    return KERNELS[kernel].generate(**dict(shape))
+
+
+def spec_of(kernel: str, shape: dict[str, int]) -> Program:
+    return load(_spec_text(kernel, tuple(sorted(shape.items()))))
+
+
+def input_names(kernel: str) -> tuple[str, ...]:
+    return tuple(load(KERNELS[kernel].small()).inputs)
+
+
+def output_shape(kernel: str, shape: dict[str, int]) -> tuple[int, ...]:
+    spec = spec_of(kernel, shape)
+    (name,) = spec.outputs
+    return tuple(spec.buffer_of[name].shape)
+
+
+def peer_module(peer: str):
+    """The peer's module; raises ImportError when its package is not installed."""
+    return importlib.import_module(f"{__name__}.{PEERS[peer]}")
+
+
+def reference(kernel: str, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """The kernel's output computed by numpy in float64 from the (float32) inputs."""
+    from . import numpy_peer
+
+    return numpy_peer.KERNELS[kernel](**{k: v.astype(np.float64) for k, v in inputs.items()})
+
+
+def compare(actual: np.ndarray, expected: np.ndarray, rtol: float = RTOL) -> tuple[bool, float]:
+    """Within `rtol` of the reference, relative to |expected| plus the reference's mean magnitude (so that
+    rounding in long reductions that cancel to near zero is not a relative error of 1); and the worst ratio."""
+    actual = np.asarray(actual)
+    if actual.shape != expected.shape:
+        return False, float("inf")
+    if not np.all(np.isfinite(actual)):
+        return False, float("inf")
+    scale = float(np.mean(np.abs(expected))) or 1.0
+    error = float(np.max(np.abs(actual.astype(np.float64) - expected) / (np.abs(expected) + scale)))
+    return error <= rtol, error
+
+
+def time_it(run: Callable[[], Any], min_time_s: float = 0.5, warmup: int = 2, min_repeats: int = 3,
+            max_repeats: int = 1000, max_time_s: float = 30.0) -> tuple[float, list[float]]:
+    """Median wall time of `run()` after `warmup` calls, over repetitions until at least `min_time_s` are
+    timed (and `min_repeats`; at most `max_repeats` or `max_time_s`)."""
+    for _ in range(warmup):
+        run()
+    times: list[float] = []
+    while len(times) < max_repeats and (sum(times) < min_time_s or len(times) < min_repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+        if sum(times) > max_time_s and len(times) >= 1:
+            break
+    return statistics.median(times), times
+
+
+def _reason(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(error).__name__}: {first[:160]}"
+
+
+def evaluate(peer: str, kernel: str, shape: dict[str, int], inputs: dict[str, np.ndarray],
+             expected: np.ndarray | None, min_time_s: float = 0.5,
+             lock: Callable[[], AbstractContextManager[Any]] | None = None, **options: Any) -> Outcome:
+    """Build, check and time one peer on one kernel; never raises for the peer's failures. `lock` is held
+    while timing (the runner's `bench.lock`, so that no two benchmarks on this machine time each other)."""
+    outcome = Outcome(peer, kernel)
+    started = time.perf_counter()
+    try:
+        module = peer_module(peer)
+    except ImportError as error:
+        outcome.failure = f"not installed: {_reason(error)}"
+        return outcome
+    try:
+        prepared = module.build(kernel, shape, inputs, **options)
+        outcome.notes = prepared.notes
+        result = prepared.fetch(prepared.run())  # the first call compiles (torch.compile): setup
+        outcome.setup_s = time.perf_counter() - started
+    except PeerFailure as error:
+        outcome.failure = str(error)
+        outcome.setup_s = time.perf_counter() - started
+        return outcome
+    except Exception as error:  # noqa: BLE001 - every peer failure is a result
+        outcome.failure = f"exception: {_reason(error)}"
+        outcome.notes["traceback"] = traceback.format_exc(limit=4)
+        outcome.setup_s = time.perf_counter() - started
+        return outcome
+    if expected is not None:
+        good, error = compare(result, expected)
+        outcome.max_error = error
+        if not good:
+            outcome.failure = f"wrong numbers: error {error:.2g} > {RTOL:g}"
+            return outcome
+    try:
+        with lock() if lock is not None else nullcontext():
+            outcome.median_s, times = time_it(prepared.run, min_time_s=min_time_s)
+        outcome.repeats, outcome.min_s = len(times), min(times)
+    except Exception as error:  # noqa: BLE001
+        outcome.failure = f"exception while timing: {_reason(error)}"
+    return outcome

@@ -1,0 +1,115 @@
+"""Tune the library: each of the 16 kernels at the benchmark's shape, with several methods at one budget.
+
+    python bench/tune_library.py                          # heuristic pass + sa on both graphs, 200 evaluations
+    python bench/tune_library.py --kernels softmax add --runs sa:edges sa:heuristic random:edges --budget 1000
+    python bench/tune_library.py --quick                  # the benchmark's small shapes, a smoke run
+
+For each kernel the spec is written to `OUT/<kernel>.spec.dojo` at the shape bench/library.py runs
+(`shape_of`, the same `--scale`), then each run (`method:graph`) calls `agent.tune` with the budget and
+logs every evaluation to `OUT/logs/<kernel>.<method>.<graph>.jsonl`; the fastest result of the runs,
+measured again for at least a second, is `OUT/<kernel>.dojo`, whose derivation replays from the spec
+(`dojo replay`). `bench/library.py --tuned OUT` then compares those with the peers.
+
+Convergence (the paper's Figure 13): from the logs, the best time after each evaluation per run,
+plotted to bench/results/library_convergence_<kernel>.png, and for each simulated-annealing run how
+many evaluations it took to come within 5% of its final best (`bench/results/convergence.md`; the
+bar is 95% of the 1000-evaluation result within 300 evaluations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agent.tune import tune  # noqa: E402
+from bench.library import best_so_far, plot_convergence, shape_of  # noqa: E402
+from dojo_ir import load, to_text  # noqa: E402
+from dojo_ir.library import KERNELS  # noqa: E402
+from runner.files import write_atomically  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+RUNS = ("heuristic", "sa:edges", "sa:heuristic")
+
+
+def tune_kernel(kernel: str, runs: list[str], budget: int, out: Path, scale: int, quick: bool) -> dict:
+    shape, change = shape_of(kernel, scale, quick)
+    spec_file = out / f"{kernel}.spec.dojo"
+    spec_file.write_text(KERNELS[kernel].text(**shape))
+    spec = load(spec_file.read_text())
+    record = {"kernel": kernel, "shape": shape, "shape_change": change, "runs": {}}
+    best = None
+    for run in runs:
+        method, _, graph = run.partition(":")
+        log = out / "logs" / f"{kernel}.{method}.{graph or 'edges'}.jsonl"
+        log.unlink(missing_ok=True)
+        started = time.perf_counter()
+        result = tune(spec, method, budget, spec_path=spec_file.name, graph=graph or "edges", log=log)
+        wall = time.perf_counter() - started
+        record["runs"][run] = {"spec_s": result.spec_s, "time_s": result.time_s, "evaluations": result.evaluations,
+                               "moves": len(result.moves), "wall_s": wall, "log": str(log.relative_to(out))}
+        print(f"{kernel:11} {run:20} {result.evaluations:5} evaluations  spec {result.spec_s}  best {result.time_s}"
+              f"  ({wall:.0f} s)", flush=True)
+        if result.time_s is not None and (best is None or result.time_s < best.time_s):
+            best = result
+    if best is not None:
+        write_atomically(out / f"{kernel}.dojo", to_text(best.program).encode())
+        record["best"] = {"time_s": best.time_s, "spec_s": best.spec_s, "method": best.method, "graph": best.graph}
+    return record
+
+
+def evaluations_to_within(log: Path, fraction: float = 0.95) -> tuple[int | None, float | None, int]:
+    """How many evaluations a run took to come within `fraction` of its final best (best / fraction),
+    its final best, and how many evaluations it made in all."""
+    indices, best = best_so_far(log)
+    if not best or best[-1] == float("inf"):
+        return None, None, len(indices)
+    goal = best[-1] / fraction
+    return next(i for i, b in zip(indices, best, strict=True) if b <= goal), best[-1], indices[-1]
+
+
+def convergence_report(records: list[dict], out: Path, budget: int) -> str:
+    lines = ["# Convergence of the searches", "",
+             f"`python bench/tune_library.py`, budget {budget} evaluations per run (evaluation 0 is the spec). "
+             "For each run: the evaluation at which the best time came within 5% of the run's final best "
+             "(the paper's Figure 13 reads the same curves). Single evaluations are 3 repetitions, so a "
+             "'best' can be a lucky timing; the final figures in library.md are measured again.", "",
+             "| kernel | run | evaluations | final best | within 5% at |", "|---|---|---:|---:|---:|"]
+    for record in records:
+        for run, data in record["runs"].items():
+            at, final, total = evaluations_to_within(out / data["log"])
+            lines.append(f"| {record['kernel']} | {run} | {total} | "
+                         f"{'-' if final is None else f'{final * 1e3:.3g} ms'} | {'-' if at is None else at} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
+    parser.add_argument("--runs", nargs="+", default=list(RUNS), help="method:graph, e.g. sa:edges heuristic")
+    parser.add_argument("--budget", type=int, default=200)
+    parser.add_argument("--scale", type=int, default=1, help="divide the outermost dimension (as bench/library.py)")
+    parser.add_argument("--quick", action="store_true", help="the benchmark's small shapes")
+    parser.add_argument("--out", type=Path, default=RESULTS / "tuned")
+    args = parser.parse_args(argv)
+    (args.out / "logs").mkdir(parents=True, exist_ok=True)
+    records = [tune_kernel(k, args.runs, args.budget, args.out, args.scale, args.quick) for k in args.kernels]
+    (args.out / "summary.json").write_text(json.dumps(records, indent=1) + "\n")
+    for record in records:
+        logs = {run: args.out / data["log"] for run, data in record["runs"].items()}
+        plot_convergence(logs, RESULTS / f"library_convergence_{record['kernel']}.png")
+    report = convergence_report(records, args.out, args.budget)
+    (RESULTS / "convergence.md").write_text(report)
+    print(report)
+    print(f"load average after: {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

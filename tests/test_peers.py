@@ -1,0 +1,109 @@
+"""The benchmark's peers (bench/peers) compute what the library's specs compute.
+
+Each peer's implementation of each kernel, at the kernel's small shape, agrees with the reference
+interpreter on the spec at the same shape. TVM is built with its default schedule (no tuning);
+torch.compile only for two kernels, as each compile takes seconds. A peer whose package is not
+installed (the `bench` extra) is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dojo_ir import interpret, random_inputs
+from dojo_ir.library import KERNELS
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.peers import Outcome, compare, evaluate, output_shape, reference, spec_of, time_it  # noqa: E402
+
+PACKAGES = {"numpy": "numpy", "torch": "torch", "torch.compile": "torch", "onnxruntime": "onnxruntime",
+            "tvm": "tvm"}
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+COMPILED = ("softmax", "layernorm1")  # torch.compile: a fused reduction and one with weights
+
+
+def small_case(kernel: str):
+    shape = dict(KERNELS[kernel].small_params)
+    spec = spec_of(kernel, shape)
+    inputs = random_inputs(spec, 0)
+    (name,) = spec.outputs
+    return shape, inputs, interpret(spec, inputs)[name]
+
+
+def check_peer(peer: str, kernel: str) -> None:
+    pytest.importorskip(PACKAGES[peer])
+    shape, inputs, expected = small_case(kernel)
+    outcome = evaluate(peer, kernel, shape, inputs, expected.astype(np.float64), min_time_s=0.0)
+    assert outcome.failure is None, (outcome.failure, outcome.notes.get("traceback"))
+    assert outcome.ok and outcome.median_s > 0
+    assert outcome.max_error is not None and outcome.max_error < 1e-4
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("peer", ["numpy", "torch", "onnxruntime", "tvm"])
+def test_peer_agrees_with_the_interpreter(peer: str, kernel: str) -> None:
+    check_peer(peer, kernel)
+
+
+@pytest.mark.parametrize("kernel", COMPILED)
+def test_torch_compile_agrees_with_the_interpreter(kernel: str) -> None:
+    check_peer("torch.compile", kernel)
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+def test_float64_reference_agrees_with_the_interpreter(kernel: str) -> None:
+    shape, inputs, expected = small_case(kernel)
+    actual = reference(kernel, inputs)
+    assert actual.shape == expected.shape == output_shape(kernel, shape)
+    assert compare(actual, expected.astype(np.float64), rtol=1e-5)[0]
+
+
+def test_a_wrong_answer_is_recorded_as_wrong_numbers_not_timed() -> None:
+    shape, inputs, expected = small_case("softmax")
+    outcome = evaluate("numpy", "softmax", shape, inputs, expected.astype(np.float64) + 1.0, min_time_s=0.0)
+    assert isinstance(outcome, Outcome)
+    assert outcome.failure is not None and outcome.failure.startswith("wrong numbers")
+    assert outcome.median_s is None and not outcome.ok
+
+
+def test_a_peer_exception_is_recorded_with_a_reason() -> None:
+    shape, inputs, expected = small_case("add")
+    del inputs["y"]
+    outcome = evaluate("numpy", "add", shape, inputs, expected.astype(np.float64), min_time_s=0.0)
+    assert outcome.failure is not None and outcome.failure.startswith("exception: TypeError")
+
+
+def test_compare_is_relative_to_the_outputs_scale() -> None:
+    expected = np.array([1000.0, 0.0, -1000.0])
+    assert compare(expected + np.array([0.5, 0.5, -0.5]), expected)[0]
+    assert not compare(expected * 1.01, expected)[0]
+    assert not compare(np.array([np.nan, 0.0, 0.0]), expected)[0]
+    assert not compare(expected[:2], expected)[0]
+
+
+def test_time_it_times_until_the_minimum_is_reached() -> None:
+    calls = []
+    median, times = time_it(lambda: calls.append(1), min_time_s=0.0, warmup=2, min_repeats=5)
+    assert len(times) == 5 and len(calls) == 7 and median >= 0
+
+
+def test_shapes_and_the_convergence_curve(tmp_path: Path) -> None:
+    from bench.library import best_so_far, shape_of
+
+    assert shape_of("matmul") == (KERNELS["matmul"].params, "")
+    scaled, note = shape_of("swiglu", scale=4)
+    assert scaled["t"] == 64 and scaled["b"] == 1 and note == "t 256 -> 64"
+    assert shape_of("relu", quick=True)[1] == "quick"
+    log = tmp_path / "run.jsonl"
+    log.write_text("\n".join(json.dumps(r) for r in [
+        {"evaluation": 2, "median_s": 3.0}, {"evaluation": 0, "median_s": None},
+        {"evaluation": 1, "median_s": 5.0}, {"evaluation": 3, "median_s": 4.0}]) + "\n")
+    assert best_so_far(log) == ([1, 2, 3], [5.0, 3.0, 3.0])
