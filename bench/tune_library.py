@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from agent.tune import tune  # noqa: E402
 from bench.library import best_so_far, plot_convergence, shape_of  # noqa: E402
 from dojo_ir import load, to_text  # noqa: E402
+from dojo_ir.derivation import record as record_moves  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
 from runner.files import write_atomically  # noqa: E402
 
@@ -58,9 +59,14 @@ def tune_kernel(kernel: str, runs: list[str], budget: int, out: Path, scale: int
               f"  ({wall:.0f} s)", flush=True)
         if result.time_s is not None and (best is None or result.time_s < best.time_s):
             best = result
-    if best is not None:
-        write_atomically(out / f"{kernel}.dojo", to_text(best.program).encode())
+    if best is not None and best.spec_s is not None and best.time_s >= best.spec_s:
+        record["best"] = {"time_s": best.spec_s, "spec_s": best.spec_s, "method": "spec", "graph": ""}
+        best_program = record_moves(spec, [], spec_file.name)  # no run beat the spec: it is the best program
+    elif best is not None:
         record["best"] = {"time_s": best.time_s, "spec_s": best.spec_s, "method": best.method, "graph": best.graph}
+        best_program = best.program
+    if best is not None:
+        write_atomically(out / f"{kernel}.dojo", to_text(best_program).encode())
     return record
 
 
