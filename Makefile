@@ -64,6 +64,9 @@ bench: install $(BENCH_STAMP)
 	$(BIN)/python bench/runner_noise.py
 	$(BIN)/python bench/quickfix_walk.py
 	$(BIN)/python bench/lsp_speed.py
+	$(BIN)/python bench/codegen_speed.py
+	$(BIN)/python bench/tune_library.py
+	$(BIN)/python bench/library.py --tuned bench/results/tuned
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis editors/vscode/node_modules editors/vscode/dist
