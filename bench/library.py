@@ -202,6 +202,15 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
+def time_cells(row: dict[str, Any], key: str, columns: list[str], missing: str) -> list[str]:
+    """`time (time / bound)` of each column's `row[key]` entry, `missing` where there is none."""
+    cells = []
+    for name in columns:
+        t = row[key].get(name)
+        cells.append(missing if t is None else f"{fmt_time(t)} ({t / row['bound_s']:.1f}x)")
+    return cells
+
+
 def report(rows: list[dict[str, Any]], peers: list[str], machine: Any, meta: dict[str, Any]) -> str:
     out = ["# Library benchmark: PerfDojo against its peers", ""]
     out.append(f"`{meta['command']}`, {meta['date']}, {meta['elapsed_s']:.0f} s.")
@@ -234,10 +243,7 @@ def report(rows: list[dict[str, Any]], peers: list[str], machine: Any, meta: dic
     out.append("| kernel | shape | bound | " + " | ".join(columns) + " |")
     out.append("|---|---|---|" + "---|" * len(columns))
     for row in rows:
-        cells = []
-        for name in columns:
-            t = row["times"].get(name)
-            cells.append("fail" if t is None else f"{fmt_time(t)} ({t / row['bound_s']:.1f}x)")
+        cells = time_cells(row, "times", columns, "fail")
         dojo = row["perfdojo"]
         if dojo.get("median_s") is not None and dojo["source"] != "tuned":
             cells[-1] += f" {dojo['source']}"
@@ -293,11 +299,7 @@ def report(rows: list[dict[str, Any]], peers: list[str], machine: Any, meta: dic
     out.append("| kernel | " + " | ".join(columns) + " |")
     out.append("|---|" + "---|" * len(columns))
     for row in rows:
-        cells = []
-        for name in columns:
-            t = row["min"].get(name)
-            cells.append("-" if t is None else f"{fmt_time(t)} ({t / row['bound_s']:.1f}x)")
-        out.append(f"| {row['kernel']} | " + " | ".join(cells) + " |")
+        out.append(f"| {row['kernel']} | " + " | ".join(time_cells(row, "min", columns, "-")) + " |")
     line = ["geomean time / bound"]
     for name in columns:
         g = geomean([row["min"][name] / row["bound_s"] for row in rows if row["min"].get(name)])

@@ -74,7 +74,7 @@ def _homes(program: Program) -> dict[Path, list[Buffer]]:
         parent = path[:-1]
         for access in (op.target, *op.reads):
             name = program.buffer_of[access.array].name
-            paths[name] = _common_prefix(paths.get(name, parent), parent)
+            paths[name] = common_prefix(paths.get(name, parent), parent)
     homes: dict[Path, list[Buffer]] = {}
     params = parameters(program)
     for buffer in program.buffers:
@@ -84,7 +84,8 @@ def _homes(program: Program) -> dict[Path, list[Buffer]]:
     return homes
 
 
-def _common_prefix(a: Path, b: Path) -> Path:
+def common_prefix(a: Path, b: Path) -> Path:
+    """The longest path both `a` and `b` start with: the innermost node holding both."""
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1

@@ -55,7 +55,7 @@ from dojo_ir.dependence import Touch
 from dojo_ir.moves import Analysis
 from dojo_ir.tree import Buffer, Node, Op, Program, Scope, walk_op_paths
 
-from .c import braced, indented, parameters
+from .c import braced, common_prefix, indented, parameters
 from .cexpr import Env, Printer, buffer_var, c_type, loop_var, statement, storage_size
 
 THREAD_KINDS = ("b", "w")
@@ -122,7 +122,7 @@ def homes(program: Program) -> Homes:
         around = tuple(path[: d + 1] for d, s in enumerate(chain) if s.kind in THREAD_KINDS and grid is not None)
         for access in (op.target, *op.reads):
             name = program.buffer_of[access.array].name
-            paths[name] = _common_prefix(paths.get(name, path[:-1]), path[:-1])
+            paths[name] = common_prefix(paths.get(name, path[:-1]), path[:-1])
             kernels.setdefault(name, set()).add(kernel)
             threads.setdefault(name, set()).add(around)
     found: Homes = {}
@@ -137,13 +137,6 @@ def homes(program: Program) -> Homes:
                              "used under different `:b`/`:w` scopes; move it to `shared` memory or the heap")
         found.setdefault(paths[buffer.name], []).append(buffer)
     return found
-
-
-def _common_prefix(a: Path, b: Path) -> Path:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return a[:n]
 
 
 # -- sequential code ---------------------------------------------------------------
