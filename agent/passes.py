@@ -12,9 +12,11 @@ The three strategies of the paper's section 4.1:
   bytes over the dtype's size is the lane count; its cores say whether threads pay). It
   interchanges loop nests so that the innermost scope walks memory contiguously (matmul becomes
   i, k, j), fuses and reuses, accumulates reductions in registers (`accumulate`), tiles the
-  innermost contiguous scope by the lane count and vectorises it, tiles a scope that a carried
-  reduction runs inside by 4 and moves the tile innermost, unrolled, to hide the latency of the
-  dependent updates (section 4.1), and parallelises the outermost parallel scope.
+  innermost contiguous scope by the lane count and vectorises it, blocks each vectorised
+  reduction for the registers and the cache (a tile of vector accumulators as large as the
+  target's vector registers allow, which also hides the latency of the dependent updates as
+  section 4.1's tiling does, inside blocks of the reduction), and parallelises the outermost
+  parallel scope.
 
 Each pass returns move strings, which `dojo_ir.derivation.advance` or a recorded derivation
 replays. A pass only ever plays moves that are legal where it plays them and skips a step that
@@ -31,10 +33,11 @@ from dojo_ir.affine import NotAffine, affine
 from dojo_ir.derivation import without_comments
 from dojo_ir.moves import Analysis, Move, apply, find, why_not
 from dojo_ir.moves.base import Site
-from dojo_ir.tree import DTYPE_BYTES, Op, Scope
+from dojo_ir.tree import DTYPE_BYTES, Op
 
 VECTOR_WIDTHS = (16, 8, 4, 2)
-LATENCY_TILE = 4  # independent updates in flight to cover a floating-point pipeline (section 4.1)
+SPARE_REGISTERS = 4  # vector registers left to the loaded vectors and broadcasts of a register tile
+REDUCTION_BLOCK = 256  # reduction steps per block: 256 x a tile's vectors of the streamed operand stay in cache
 _MAX_STEPS = 500  # a bound on any loop of moves; no library kernel comes near it
 
 
@@ -128,11 +131,11 @@ def heuristic(program: Program, target: Target | str = "native") -> list[str]:
     chosen = _target(target)
     state = _State(program)
     _interchange(state)
+    _register_block(state, chosen)  # before fusion: a blocked reduction has a loop nest of its own
     _exhaust(state, ("join_scopes",))
     _accumulate(state)  # before reuse_dims: an accumulator of a folded stack target adds nothing
     _fuse_and_reuse(state)
     _vectorize(state, chosen)
-    _latency_tile(state)
     _parallelize(state, chosen)
     return state.moves
 
@@ -259,86 +262,132 @@ def _vectorize(state: _State, target: Target) -> None:
             return
 
 
-def _carries_reduction(site: Site, below: int) -> bool:
-    """Whether a sequential scope deeper than `below` around the operation is one its reduction
-    runs along (a scope its target does not use): each update then waits for the one before."""
-    return site.op.reduction is not None and any(
-        not _uses(site.op.target, d) and not site.chain[d].kind for d in range(below + 1, len(site.chain)))
+def _divisors(n: int, most: int) -> list[int]:
+    return [d for d in range(1, min(n, most) + 1) if n % d == 0]
 
 
-def _latency_tile(state: _State) -> None:
-    """Register tiling for latency hiding (section 4.1's [N, D1, D2] -> [N/4, D1, D2, 4]), for a
-    vectorised reduction that a scope runs along (matmul's k): tile the scope just outside the
-    vector scope and an outer scope of the target by 4 each, move both tiles innermost (just
-    outside the vector scope), unrolled, and the reduction scope just outside them. Then 4 x 4
-    independent vector accumulators stay in registers through the reduction instead of one chain
-    of dependent updates through memory. All or nothing per operation."""
+def tile_shape(rows: int, vectors: int, registers: int) -> tuple[int, int]:
+    """The register tile of a blocked reduction: R rows by W vectors of accumulators, R dividing
+    `rows`, W dividing `vectors`, R * W at most `registers`, with the fewest loads per
+    multiply-add ((R + W) / (R * W): each step loads W vectors and R broadcasts for R * W
+    updates); more accumulators first, then more vectors, on a tie."""
+    shapes = [(r, w) for r in _divisors(rows, registers) for w in _divisors(vectors, registers)
+              if r * w <= registers]
+    return min(shapes, key=lambda rw: ((rw[0] + rw[1]) / (rw[0] * rw[1]), -rw[0] * rw[1], -rw[1]))
+
+
+def _register_block(state: _State, target: Target) -> None:
+    """Register blocking for each vectorised reduction with a row to reuse its vectors across
+    (matmul's i for c[i, j] += a[i, k] * b[k, j], whose b vectors do not depend on i): the
+    scopes become
+
+        [other target scopes] [J/W] [K/KB] [I/R] KB [other reductions] R:u W:u L:v
+
+    an R x W tile of vector accumulators (`tile_shape`, sized to the target's vector registers)
+    updated by every step of the reduction, kept in registers by `accumulate` (or its partial
+    form, when blocks of K outside the rows write the target first), and a reduction longer
+    than `REDUCTION_BLOCK` cut into blocks so that a block of the streamed operand stays in
+    cache while every row uses it. Section 4.1's latency-hiding tiling is the case R = W = 4:
+    R x W independent accumulators keep the multiply-add pipeline full. All or nothing per
+    operation."""
+    if target.language != "c":
+        return
     for label in [s.label for s in _sites(state)]:
-        site = state.analysis.by_label.get(label)
-        if site is None or len(site.chain) < 3 or site.chain[-1].kind != "v" or site.op.reduction is None:
-            continue
-        target = site.op.target
-        vector = len(site.chain) - 1
-        inner = vector - 1
-        if not _uses(target, inner) or site.chain[inner].kind or not _carries_reduction(site, -1):
-            continue
-        outer = next((d for d in range(inner) if _uses(target, d) and not site.chain[d].kind
-                      and site.chain[d].size % LATENCY_TILE == 0 and site.chain[d].size > LATENCY_TILE), None)
-        if outer is None:
-            continue
         before = (state.program, list(state.moves))
-        if _register_tile(state, label, outer, inner):
-            continue
-        state.program, state.moves, state._analysis = before[0], before[1], None
+        if not _block(state, label, target):
+            state.program, state.moves, state._analysis = before[0], before[1], None
 
 
-def _register_tile(state: _State, label: str, outer: int, inner: int) -> bool:
-    moves = []
-    size = state.analysis.by_label[label].chain[inner].size
-    if size > LATENCY_TILE:
-        if size % LATENCY_TILE:
-            return False
-        moves.append(f"split_scope(op={label}, depth={inner}, factor={LATENCY_TILE})")
-    moves.append(f"split_scope(op={label}, depth={outer}, factor={LATENCY_TILE})")
-    if not state.play_all(moves):
+def _block(state: _State, label: str, target: Target) -> bool:
+    site = state.analysis.by_label.get(label)
+    if site is None or len(site.chain) < 2 or site.op.reduction is None or not _isolate(state, label):
         return False
-    # name every scope around the operation, then sort them into the order wanted
-    chain = state.analysis.by_label[label].chain
+    if not _vectorize_innermost(state, label, target):
+        return False
+    site = state.analysis.by_label[label]
+    chain, op = site.chain, site.op
     n = len(chain)
-    it, jt, vector = outer + 1, n - 2, n - 1
-    target = state.analysis.by_label[label].op.target
-    reductions = [d for d in range(n) if not _uses(target, d) and d not in (it, jt, vector)]
-    others = [d for d in range(n) if d not in reductions and d not in (it, jt, vector)]
-    wanted = others + reductions + [it, jt, vector]
-    current = list(range(n))
-    for position, scope in enumerate(wanted):
-        at = current.index(scope)
+    lanes_read = [r for r in op.reads if _uses(r, n - 1)]
+    broadcast = [r for r in op.reads if not _uses(r, n - 1)]
+    rows = [d for d in range(n - 2) if not chain[d].kind and _uses(op.target, d)
+            and not any(_uses(r, d) for r in lanes_read) and any(_uses(r, d) for r in broadcast)]
+    reductions = [d for d in range(n) if not _uses(op.target, d)]
+    if n < 3 or chain[n - 2].kind or not _uses(op.target, n - 2) or not rows or not reductions \
+            or any(chain[d].kind for d in reductions):
+        return False
+    row, longest = rows[-1], max(reductions, key=lambda d: chain[d].size)
+    r, w = tile_shape(chain[row].size, chain[n - 2].size, target.vector_registers - SPARE_REGISTERS)
+    block = max(_divisors(chain[longest].size, REDUCTION_BLOCK))
+    roles = [f"s{d}" for d in range(n)]
+    roles[row], roles[n - 2], roles[n - 1], roles[longest] = "I", "J", "L", "K"
+    for role, size in (("J", w), ("I", r), ("K", block)):
+        depth = roles.index(role)
+        if size == state.analysis.by_label[label].chain[depth].size:
+            roles[depth] = role + "t"
+            continue
+        if not state.play(f"split_scope(op={label}, depth={depth}, factor={size})"):
+            return False
+        roles[depth: depth + 1] = [role + "o", role + "t"]
+    inner = ["Kt"] + [roles[d] for d in reductions if d != longest]
+    wanted = [x for x in roles if x.startswith("s") and x not in inner]
+    wanted += [x for x in ("Jo", "Ko", "Io") if x in roles] + inner + ["It", "Jt", "L"]
+    for position, role in enumerate(wanted):
+        at = roles.index(role)
         for depth in range(at - 1, position - 1, -1):  # bubble it out to `position`
             if not _swap_alone(state, label, depth):
                 return False
-            current[depth], current[depth + 1] = current[depth + 1], current[depth]
-    return state.play(f"unroll_scope(op={label}, depth={n - 3})") and \
-        state.play(f"unroll_scope(op={label}, depth={n - 2})")
+            roles[depth], roles[depth + 1] = roles[depth + 1], roles[depth]
+    for role in ("It", "Jt"):
+        depth = roles.index(role)
+        if state.analysis.by_label[label].chain[depth].size > 1 \
+                and not state.play(f"unroll_scope(op={label}, depth={depth})"):
+            return False
+    reduce_at = roles.index("Kt")
+    return state.play(f"accumulate(op={label}, depth={reduce_at})") or \
+        state.play(f"accumulate_partial(op={label}, depth={reduce_at})")
 
 
-def _swap_alone(state: _State, label: str, depth: int) -> bool:
-    """Interchange the scope at `depth` around `label` with its child, splitting off (fission)
-    the siblings of the child first when it is not alone."""
-    site = state.analysis.by_label.get(label)
-    if site is None or depth + 1 >= len(site.chain):
+def _vectorize_innermost(state: _State, label: str, target: Target) -> bool:
+    """Vectorise the innermost scope around `label` by the lane count, when the target is its
+    last index, contiguous, and the lanes divide it."""
+    site = state.analysis.by_label[label]
+    depth = len(site.chain) - 1
+    size, width = site.chain[depth].size, lanes(target, _op_bytes(state.program, site.op))
+    if site.chain[depth].kind or size % width or _last_coef(site.op.target, depth) != 1:
         return False
-    scope: Scope = site.chain[depth]
-    if len(scope.body) > 1:
-        index = site.path[depth + 1]
-        if index > 0 and not state.play(f"fission(op={label}, depth={depth})"):
+    split = [f"split_scope(op={label}, depth={depth}, factor={width})"] if size > width else []
+    return state.play_all(split + [f"vectorize_scope(op={label}, depth={depth + len(split)})"])
+
+
+def _alone(state: _State, label: str, depth: int) -> bool:
+    """Make the child of the scope at `depth` around `label` its only child, splitting off
+    (fission) its siblings before and after."""
+    site = state.analysis.by_label.get(label)
+    if site is None or depth + 1 > len(site.chain):
+        return False
+    if len(site.chain[depth].body) > 1:
+        if site.path[depth + 1] > 0 and not state.play(f"fission(op={label}, depth={depth})"):
             return False
         site = state.analysis.by_label[label]
-        scope = site.chain[depth]
-        if len(scope.body) > 1:
+        if len(site.chain[depth].body) > 1:
             after = state.analysis.first_site(site.path[: depth + 1] + (1,)).label
             if not state.play(f"fission(op={after}, depth={depth})"):
                 return False
-    return state.play(f"swap_scopes(op={label}, depth={depth})")
+    return True
+
+
+def _swap_alone(state: _State, label: str, depth: int) -> bool:
+    """Interchange the scope at `depth` around `label` with its child, alone first."""
+    site = state.analysis.by_label.get(label)
+    if site is None or depth + 1 >= len(site.chain):
+        return False
+    return _alone(state, label, depth) and state.play(f"swap_scopes(op={label}, depth={depth})")
+
+
+def _isolate(state: _State, label: str) -> bool:
+    """Give the operation `label` a loop nest of its own, innermost scope first."""
+    depths = len(state.analysis.by_label[label].chain)
+    return all(_alone(state, label, depth) for depth in reversed(range(depths)))
 
 
 def _parallelize(state: _State, target: Target) -> None:

@@ -59,12 +59,17 @@ def native_vector_bytes() -> int:
     return 64 if "avx512f" in flags else 32 if "avx2" in flags else 16
 
 
+def native_vector_registers() -> int:
+    """AVX-512 has 32 vector registers, earlier x86 16; Arm and RISC-V vector units have 32."""
+    return 32 if "avx512f" in cpu_flags() or not _HOST_X86 else 16
+
+
 @dataclass(frozen=True)
 class Target:
     """`compiler + flags` builds a binary (flags come after the source file, so
     libraries link in order); `launcher + [binary, ...]` runs it.
-    `vector_bytes` is the width of one vector register and `cores` the
-    threads the search may use. `cpu_flags` are host CPU features without
+    `vector_bytes` is the width of one vector register, `vector_registers`
+    how many there are, and `cores` the threads the search may use. `cpu_flags` are host CPU features without
     which the binaries cannot run here."""
 
     name: str
@@ -76,6 +81,7 @@ class Target:
     cores: int = 1
     cpu_flags: tuple[str, ...] = ()
     x86: bool = False  # the C backend may use x86 streaming stores
+    vector_registers: int = 16
 
     def buildable(self) -> bool:
         """Whether the compiler (the command's last word: `env VAR=... cc`) is on PATH."""
@@ -91,12 +97,12 @@ class Target:
                 and (self.language == "c" or gpu_present(self.language)))
 
 
-def _c_target(name: str, compiler: str, march: tuple[str, ...], vector_bytes: int,
+def _c_target(name: str, compiler: str, march: tuple[str, ...], vector_bytes: int, vector_registers: int,
               launcher: tuple[str, ...] = (), requires: tuple[str, ...] = (), x86: bool = False) -> Target:
     # qemu-user runs a static binary without the target's shared libraries
     static = ("-static",) if launcher else ()
     return Target(name, "c", (compiler,), _C_FLAGS + march + static + _LIBS, vector_bytes, launcher,
-                  os.cpu_count() or 1, requires, x86)
+                  os.cpu_count() or 1, requires, x86, vector_registers)
 
 
 _HOST_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
@@ -137,14 +143,15 @@ def streaming_threshold_bytes() -> int:
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
-        _c_target("native", "gcc", ("-march=native",), native_vector_bytes(), x86=_HOST_X86),
-        _c_target("x86-avx2", "gcc", ("-march=haswell",), 32, requires=("avx2",), x86=True),
-        _c_target("x86-avx512", "gcc", ("-march=skylake-avx512",), 64, requires=("avx512f",), x86=True),
-        _c_target("arm-neon", "aarch64-linux-gnu-gcc", ("-march=armv8-a",), 16,
+        _c_target("native", "gcc", ("-march=native",), native_vector_bytes(), native_vector_registers(),
+                  x86=_HOST_X86),
+        _c_target("x86-avx2", "gcc", ("-march=haswell",), 32, 16, requires=("avx2",), x86=True),
+        _c_target("x86-avx512", "gcc", ("-march=skylake-avx512",), 64, 32, requires=("avx512f",), x86=True),
+        _c_target("arm-neon", "aarch64-linux-gnu-gcc", ("-march=armv8-a",), 16, 32,
                   ("qemu-aarch64", "-L", "/usr/aarch64-linux-gnu")),
         # GCC 12 compiles vector types for RVV as scalar code (it has no RVV
         # autovectorizer); the width is fixed at VLEN = 256 bits.
-        _c_target("riscv-rvv", "riscv64-linux-gnu-gcc", ("-march=rv64gcv", "-mabi=lp64d"), 32,
+        _c_target("riscv-rvv", "riscv64-linux-gnu-gcc", ("-march=rv64gcv", "-mabi=lp64d"), 32, 32,
                   ("qemu-riscv64", "-cpu", "rv64,v=true,vlen=256,vext_spec=v1.0", "-L", "/usr/riscv64-linux-gnu")),
         # The GPU backend (codegen/gpu.py). `-arch=sm_80` also embeds PTX, which
         # newer NVIDIA GPUs compile at load. hipcc targets NVIDIA when it finds

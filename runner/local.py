@@ -60,7 +60,8 @@ from codegen.build import BuildError, build, default_cache_dir
 from codegen.targets import TARGETS, Target, get_target
 from dojo_ir import DojoError, Program, interpret, random_inputs, to_text
 from dojo_ir.derivation import without_comments
-from dojo_ir.tree import Buffer, Node, Op, walk_ops
+from dojo_ir.moves.rewrite import map_ops
+from dojo_ir.tree import Access, Binary, Buffer, Call, Expr, Node, Op, Ref, Scope, Unary, walk_ops
 
 from .files import exclusive
 from .result import RunResult
@@ -82,11 +83,12 @@ def iterations(program: Program) -> int:
 
 def unscheduled(program: Program, wide: bool = False) -> Program:
     """The program run sequentially: every scope plain, shared memory on the heap, and with `wide`
-    its f32 temporaries in f64. It computes the same, so its compiled form is a reference that owes
-    nothing to the schedule's code paths. Both forms are references because temporaries hold the
-    long reductions (a batch norm's mean sums 33.5M values): summed in order in f32 they drift by
-    percents, and a vectorized program's partial sums land nearer the wide result; either is what
-    the spec means."""
+    its f32 temporaries in f64, and its f32 outputs computed in f64 shadows that are copied out at
+    the end. It computes the same, so its compiled form is a reference that owes nothing to the
+    schedule's code paths. Both forms are references because long reductions (a batch norm's mean
+    sums 33.5M values, a matmul's dot products 1024) summed in order in f32 drift from the exact
+    result, and a vectorized or blocked program's partial sums land elsewhere, often nearer the
+    wide result; either is what the spec means."""
 
     def plain(nodes: tuple[Node, ...]) -> tuple[Node, ...]:
         return tuple(n if isinstance(n, Op) else replace(n, kind="", body=plain(n.body)) for n in nodes)
@@ -98,7 +100,48 @@ def unscheduled(program: Program, wide: bool = False) -> Program:
         buffer = replace(buffer, location="heap") if buffer.location == "shared" else buffer
         return replace(buffer, dtype="f64") if wide and buffer.dtype == "f32" and buffer.name not in io else buffer
 
-    return replace(bare, buffers=tuple(reference_buffer(b) for b in bare.buffers), body=plain(bare.body))
+    reference = replace(bare, buffers=tuple(reference_buffer(b) for b in bare.buffers), body=plain(bare.body))
+    return _wide_outputs(reference) if wide else reference
+
+
+def _wide_outputs(program: Program) -> Program:
+    """`program` with each f32 output that is alone in its buffer (and not an input) computed in an
+    f64 heap shadow, copied to the output at the end."""
+    taken = set(program.buffer_of) | {b.name for b in program.buffers}
+    shadows: dict[str, str] = {}
+    buffers = list(program.buffers)
+    body = program.body
+    for name in program.outputs:
+        buffer = program.buffer_of[name]
+        if buffer.dtype != "f32" or buffer.array_names != (name,) or name in program.inputs:
+            continue
+        shadow = next(f"{name}_wide{n or ''}" for n in range(len(taken) + 1) if f"{name}_wide{n or ''}" not in taken)
+        taken.add(shadow)
+        shadows[name] = shadow
+        buffers.append(Buffer(shadow, "f64", buffer.dims, "heap"))
+    if not shadows:
+        return program
+
+    def rename(expr: Expr) -> Expr:
+        if isinstance(expr, Access):
+            return replace(expr, array=shadows.get(expr.array, expr.array), index=tuple(map(rename, expr.index)))
+        if isinstance(expr, Unary):
+            return replace(expr, operand=rename(expr.operand))
+        if isinstance(expr, Binary):
+            return replace(expr, left=rename(expr.left), right=rename(expr.right))
+        if isinstance(expr, Call):
+            return replace(expr, args=tuple(map(rename, expr.args)))
+        return expr
+
+    body = map_ops(body, lambda op: replace(op, target=rename(op.target), value=rename(op.value)))
+    for name, shadow in shadows.items():
+        dims = program.buffer_of[name].dims
+        refs = tuple(Ref(d) for d in range(len(dims)))
+        copy: Node = Op(Access(name, refs), "=", Access(shadow, refs))
+        for dim in reversed(dims):
+            copy = Scope(dim.size, "", (copy,))
+        body += (copy,)
+    return replace(program, buffers=tuple(buffers), body=body)
 
 
 @dataclass(frozen=True)

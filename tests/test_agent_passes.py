@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.passes import PASSES, heuristic, lanes
+from agent.passes import PASSES, heuristic, lanes, tile_shape
 from codegen.targets import get_target
 from dojo_ir import DojoError, interpret, load, random_inputs, to_text
 from dojo_ir.derivation import advance, record, verify
@@ -88,4 +88,37 @@ def test_heuristic_makes_matmul_contiguous_and_one_core_runs_no_threads() -> Non
     assert moves[0] == "swap_scopes(op=c#2, depth=1)"  # i, k, j: b and c walk rows
     text = to_text(advance(spec, moves))
     assert ":v" in text and ":p" not in text
+    _check(spec, moves)
+
+
+@pytest.mark.parametrize(("rows", "vectors", "registers", "shape"), [
+    (768, 64, 28, (6, 4)),  # matmul on AVX-512: 24 accumulators, 10 loads per 24 multiply-adds
+    (256, 16, 28, (4, 4)),  # 6 does not divide 256
+    (64, 7, 28, (4, 7)),
+    (768, 64, 12, (3, 4)),  # AVX2's 16 registers
+    (1, 1, 28, (1, 1)),
+])
+def test_register_tile_shape_loads_least_per_multiply_add(rows, vectors, registers, shape) -> None:
+    assert tile_shape(rows, vectors, registers) == shape
+
+
+def test_heuristic_blocks_matmul_for_registers_and_cache() -> None:
+    """matmul: a 6 x 4-vector tile of accumulators inside blocks of k, each block of b reused
+    by every row block; the blocks of k write c first, so the accumulator adds to it."""
+    spec = load(KERNELS["matmul"].text(m=24, k=512, n=128))
+    target = replace(CPU, vector_bytes=64, vector_registers=32)
+    moves = heuristic(spec, target)
+    program = advance(spec, moves)
+    text = to_text(program)
+    assert "accumulate_partial(op=c#2, depth=3)" in moves
+    assert "256 6:u 4:u 16:v c_acc[" in text  # the reduction block around the register tile
+    assert "2:p 2 4 6:u 4:u 16:v c_acc[" in text  # column blocks on the cores, k blocks, row blocks
+    _check(spec, moves)
+
+
+def test_heuristic_blocks_each_reduction_of_swiglu_on_its_own() -> None:
+    spec = load(KERNELS["swiglu"].text(b=1, t=8, d=64, h=64))
+    moves = heuristic(spec, replace(CPU, vector_bytes=64, vector_registers=32))
+    blocked = {m.split("(")[0] + ":" + m.split("op=")[1].split(",")[0] for m in moves if m.startswith("accumulate")}
+    assert blocked == {"accumulate:a#2", "accumulate:c#2"}
     _check(spec, moves)

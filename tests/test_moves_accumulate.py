@@ -46,8 +46,9 @@ def inverse(program: Program, move: str, moved: Program) -> str:
         return node_move("swap_ops", moved, path)
     if name == "fission":
         return node_move("join_scopes", moved, path)
-    if name == "accumulate":
-        return node_move("inline_accumulator", moved, path)
+    if name == "accumulate":  # the load, alone or at the bottom of its tile nest
+        load = Analysis(moved).first_site(path)
+        return f"inline_accumulator(op={load.label})"
     raise AssertionError(name)
 
 
