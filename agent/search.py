@@ -31,26 +31,14 @@ import random
 from collections.abc import Sequence
 
 from codegen.targets import Target
-from dojo_ir import Program
-from dojo_ir.moves import Analysis, Move, find
+from dojo_ir.moves import Move
 
 from .evaluate import INF, BudgetExhausted, Evaluator, text_hash
+from .legal import legal_moves
 from .passes import heuristic as heuristic_pass
 
 T0, T1 = 0.2, 0.005  # simulated annealing: accept a 20% slow-down with probability 1/e at first
 _TRIES_PER_EVALUATION = 300  # proposals in a row that meet only known programs before a search gives up
-_GPU_ONLY = ("map_gpu",)
-_CPU_ONLY = ("parallelize_scope", "vectorize_scope")
-
-
-def allowed(target: Target, move: Move) -> bool:
-    """Whether a search for `target` should consider `move`: no GPU mapping on a CPU and no
-    threads or vectors on a GPU; no shared memory outside a GPU."""
-    if target.language == "c":
-        return move.name not in _GPU_ONLY and dict(move.args).get("location") != "shared"
-    return move.name not in _CPU_ONLY
-
-
 def _pick_move(rng: random.Random, legal: list[Move]) -> Move | None:
     """A kind first, then a place: otherwise the kinds with many places (split factors) crowd
     out the others (as dojo_ir.fuzz does)."""
@@ -59,10 +47,6 @@ def _pick_move(rng: random.Random, legal: list[Move]) -> Move | None:
     kinds = sorted({m.name for m in legal})
     kind = rng.choice(kinds)
     return rng.choice([m for m in legal if m.name == kind])
-
-
-def _legal(program: Program, target: Target) -> list[Move]:
-    return find(program, Analysis(program), lambda m: allowed(target, m))
 
 
 # -- the graphs ------------------------------------------------------------------------------
@@ -79,7 +63,7 @@ class EdgesGraph:
 
     def neighbour(self, rng: random.Random, state: tuple[str, ...]) -> tuple[str, ...] | None:
         program, _ = self.evaluator.program(state)
-        move = _pick_move(rng, _legal(program, self.target))
+        move = _pick_move(rng, legal_moves(program, self.target))
         return None if move is None else state + (str(move),)
 
 
@@ -98,7 +82,7 @@ class HeuristicGraph:
         if kind == "delete":
             return state[:position] + state[position + 1:]
         before, _ = self.evaluator.program(state[:position])
-        legal = _legal(before, self.target)
+        legal = legal_moves(before, self.target)
         if kind == "change":
             old = state[position]
             name = old.partition("(")[0]

@@ -5,7 +5,13 @@
 
 The vector has one lane per iteration, whatever the target's register width:
 the compiler splits a wider vector into registers, so one code path serves
-every target. Accesses whose last index uses the lane variable with
+every target. A scope whose size is not a power of two (a convolution's 54
+output columns), or wider than 64 bytes, is computed in pieces (`pieces`): as
+many 64-byte vectors as fit, then one each of half that, a quarter, ... and a
+scalar for what is left, each piece the same statement with the lane
+variable at the piece's first lane. Pieces no wider than a 512-bit register
+let the compiler keep a tile of accumulators in registers, which it does not
+do for the halves of a wider vector. Accesses whose last index uses the lane variable with
 coefficient 1 (and no other index uses it) are vector loads and stores,
 through `aligned(element)` types unless the address is provably a multiple of
 the vector's size (buffers are 64-byte aligned); accesses without the lane
@@ -51,11 +57,28 @@ from .cexpr import (
     combine,
     function_name,
     offset,
+    statement,
 )
 
 _BASE_ALIGNMENT = 64  # every buffer the generated code allocates or declares is aligned so
-# Vector types have a power-of-two size; beyond 64 lanes a loop is better code.
+# Vector types have a power-of-two size; beyond 64 lanes a scope is computed in pieces.
 _LANES = (2, 4, 8, 16, 32, 64)
+
+
+PIECE_BYTES = 64
+
+
+def pieces(size: int, dtype_bytes: int = 4) -> list[tuple[int, int]]:
+    """(first lane, lanes) of the vectors that cover `size` lanes of `dtype_bytes`, widest (64
+    bytes) first; a last piece of one lane is a scalar."""
+    found, first = [], 0
+    for lanes in (*reversed(_LANES), 1):
+        if lanes * dtype_bytes > PIECE_BYTES:
+            continue
+        while size - first >= lanes:
+            found.append((first, lanes))
+            first += lanes
+    return found
 
 
 def vector_type(dtype: str, lanes: int, aligned: bool = True) -> str:
@@ -80,7 +103,7 @@ def _lane_use(access: Access, lane: int) -> str | None:
 
 def vectorizable(scope: Scope, lane: int, program: Program) -> bool:
     """Whether the `:v` scope at depth `lane` meets the module's conditions."""
-    if scope.size not in _LANES or len(scope.body) != 1 or not isinstance(scope.body[0], Op):
+    if scope.size < 2 or len(scope.body) != 1 or not isinstance(scope.body[0], Op):
         return False
     op = scope.body[0]
     for access in (op.target, *op.reads):
@@ -147,22 +170,34 @@ def vector_statement(scope: Scope, lane: int, program: Program, env: Env, stream
         return None
     op = scope.body[0]
     assert isinstance(op, Op)
-    printer = VectorPrinter(program, {**env, lane: 0}, lane, scope.size)
+    dtype_bytes = max(DTYPE_BYTES[program.buffer_of[a.array].dtype] for a in (op.target, *op.reads))
+    if scope.size in _LANES and scope.size * dtype_bytes <= PIECE_BYTES:
+        return _piece(op, lane, 0, scope.size, program, env, stream)
+    return [line for first, lanes in pieces(scope.size, dtype_bytes)
+            for line in _piece(op, lane, first, lanes, program, env)]
+
+
+def _piece(op: Op, lane: int, first: int, lanes: int, program: Program, env: Env, stream: bool = False
+           ) -> list[str]:
+    """The statement computing `lanes` lanes of `op` from lane `first` on."""
+    if lanes == 1:
+        return [statement(Printer(program, {**env, lane: first}), op.target, op.assign, op.value)]
+    printer = VectorPrinter(program, {**env, lane: first}, lane, lanes)
     dtype = printer.dtype_of(op.target)
     value = printer.value(op.value, dtype)
     if _lane_use(op.target, lane) == "contiguous":
         target = f"*{printer.pointer(op.target, const=False)}"
         if op.reduction is None:
             if stream:
-                return [f"dojo_stream_{dtype}x{scope.size}(&{printer.element(op.target)}, {value});"]
+                return [f"dojo_stream_{dtype}x{lanes}(&{printer.element(op.target)}, {value});"]
             return [f"{target} = {value};"]
         if op.assign in REDUCTION_OPERATORS:
             return [f"{target} {REDUCTION_OPERATORS[op.assign]}= {value};"]
-        func = f"dojo_{REDUCTION_FUNCTIONS[op.assign]}_{dtype}x{scope.size}"
+        func = f"dojo_{REDUCTION_FUNCTIONS[op.assign]}_{dtype}x{lanes}"
         return [f"{target} = {func}({target}, {value});"]
     # A horizontal reduction: the lanes combined as a tree, then into the scalar.
     element = printer.element(op.target)
-    total = f"dojo_{HORIZONTAL_OF[op.assign]}_{dtype}x{scope.size}({value})"
+    total = f"dojo_{HORIZONTAL_OF[op.assign]}_{dtype}x{lanes}({value})"
     if op.assign in REDUCTION_OPERATORS:
         return [f"{element} {REDUCTION_OPERATORS[op.assign]}= {total};"]
     return [f"{element} = {combine(op.assign, element, total, dtype)};"]
@@ -189,7 +224,7 @@ def vector_accumulation(scope: Scope, depth: int, program: Program, env: Env) ->
         return None
     inner = scope.body[0]
     lane = depth + 1
-    if inner.kind != "v" or not vectorizable(inner, lane, program):
+    if inner.kind != "v" or inner.size not in _LANES or not vectorizable(inner, lane, program):
         return None
     op = inner.body[0]
     assert isinstance(op, Op)
@@ -425,7 +460,7 @@ def streamable(scope: Scope, lane: int, program: Program, env: Env) -> bool:
     """Whether the `:v` scope's store can be a streaming store: a plain `=`
     of a contiguous vector of 16 to 64 bytes that is provably aligned to its
     size (the x86 streaming stores need 16-byte alignment at least)."""
-    if not vectorizable(scope, lane, program):
+    if scope.size not in _LANES or not vectorizable(scope, lane, program):
         return False
     op = scope.body[0]
     assert isinstance(op, Op)

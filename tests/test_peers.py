@@ -95,6 +95,28 @@ def test_time_it_times_until_the_minimum_is_reached() -> None:
     assert len(times) == 5 and len(calls) == 7 and median >= 0
 
 
+def test_time_it_refreshes_the_inputs_before_every_run() -> None:
+    order = []
+    time_it(lambda: order.append("run"), min_time_s=0.0, warmup=1, min_repeats=2, refresh=order.append)
+    assert order == [0, "run", 1, "run", 2, "run"]
+
+
+@pytest.mark.parametrize("peer", ["numpy", "torch", "onnxruntime", "tvm"])
+def test_refreshing_a_peer_changes_what_it_computes_and_not_the_callers_inputs(peer: str) -> None:
+    from bench.peers import peer_module
+
+    shape = {"m": 4, "n": 32}
+    spec = spec_of("softmax", shape)
+    inputs, other = random_inputs(spec, 0), random_inputs(spec, 1)
+    kept = {k: v.copy() for k, v in inputs.items()}
+    prepared = peer_module(peer).build("softmax", shape, {k: v.copy() for k, v in inputs.items()})
+    first = prepared.fetch(prepared.run()).copy()
+    prepared.refresh(other)
+    np.testing.assert_allclose(prepared.fetch(prepared.run()), reference("softmax", other), rtol=1e-4)
+    assert not np.allclose(first, reference("softmax", other))
+    assert all(np.array_equal(inputs[k], kept[k]) for k in inputs)
+
+
 def test_shapes_and_the_convergence_curve(tmp_path: Path) -> None:
     from bench.library import best_so_far, shape_of
 

@@ -3,9 +3,12 @@ ONNX Runtime and TVM MetaSchedule, each computing exactly what the kernel's `.do
 
 Each peer is a module with `NAME` and `build(kernel, shape, inputs, **options) -> Prepared`: whatever setup
 the peer needs (graph construction, compilation, tuning), then `Prepared.run()` runs the kernel once on
-inputs the peer holds (preallocated, the same values for every peer: `dojo_ir.random_inputs(spec, seed)`)
-and `Prepared.fetch(result)` turns what `run` returned into a numpy array. `evaluate` builds, checks the
-output against a reference and times it, and turns every failure into an `Outcome` with a short reason.
+inputs the peer holds (preallocated, the same values for every peer: `dojo_ir.random_inputs(spec, seed)`),
+`Prepared.fetch(result)` turns what `run` returned into a numpy array, and `Prepared.refresh(values)`
+writes other input values into the peer's input memory. `evaluate` builds, checks the output against a
+reference and times it with fresh inputs before each run, as PerfDojo's runner does (the paper's section
+4.2.3): the inputs are just written, as a previous operation would leave them, and no run finds the last
+one's data in the cache. It turns every failure into an `Outcome` with a short reason.
 
     spec = spec_of("softmax", shape)
     inputs = random_inputs(spec, 0)
@@ -19,7 +22,7 @@ import importlib
 import statistics
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import cache
@@ -27,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from dojo_ir import Program, load
+from dojo_ir import Program, load, random_inputs
 from dojo_ir.library import KERNELS
 
 THREADS = 2
@@ -40,6 +43,7 @@ PEERS: dict[str, str] = {
     "tvm": "tvm_peer",
 }
 RTOL = 1e-3
+FRESH_SEED = 1  # the other input values that refreshing alternates with the given ones
 
 
 class PeerFailure(Exception):
@@ -50,7 +54,18 @@ class PeerFailure(Exception):
 class Prepared:
     run: Callable[[], Any]
     fetch: Callable[[Any], np.ndarray]
+    refresh: Callable[[Mapping[str, np.ndarray]], None]
     notes: dict[str, Any] = field(default_factory=dict)
+
+
+def copy_into(buffers: Mapping[str, np.ndarray]) -> Callable[[Mapping[str, np.ndarray]], None]:
+    """A `Prepared.refresh` for a peer that reads its inputs from the numpy arrays `buffers`."""
+
+    def refresh(values: Mapping[str, np.ndarray]) -> None:
+        for name, buffer in buffers.items():
+            np.copyto(buffer, values[name])
+
+    return refresh
 
 
 @dataclass
@@ -115,13 +130,25 @@ def compare(actual: np.ndarray, expected: np.ndarray, rtol: float = RTOL) -> tup
 
 
 def time_it(run: Callable[[], Any], min_time_s: float = 0.5, warmup: int = 2, min_repeats: int = 3,
-            max_repeats: int = 1000, max_time_s: float = 30.0) -> tuple[float, list[float]]:
+            max_repeats: int = 1000, max_time_s: float = 30.0,
+            refresh: Callable[[int], None] | None = None) -> tuple[float, list[float]]:
     """Median wall time of `run()` after `warmup` calls, over repetitions until at least `min_time_s` are
-    timed (and `min_repeats`; at most `max_repeats` or `max_time_s`)."""
+    timed (and `min_repeats`; at most `max_repeats` or `max_time_s`). `refresh(r)`, untimed, comes
+    before the r-th call."""
+    calls = 0
+
+    def fresh() -> None:
+        nonlocal calls
+        if refresh is not None:
+            refresh(calls)
+        calls += 1
+
     for _ in range(warmup):
+        fresh()
         run()
     times: list[float] = []
     while len(times) < max_repeats and (sum(times) < min_time_s or len(times) < min_repeats):
+        fresh()
         start = time.perf_counter()
         run()
         times.append(time.perf_counter() - start)
@@ -149,7 +176,8 @@ def evaluate(peer: str, kernel: str, shape: dict[str, int], inputs: dict[str, np
         outcome.failure = f"not installed: {_reason(error)}"
         return outcome
     try:
-        prepared = module.build(kernel, shape, inputs, **options)
+        # the peer's own copy, which refreshing overwrites
+        prepared = module.build(kernel, shape, {k: v.copy() for k, v in inputs.items()}, **options)
         outcome.notes = prepared.notes
         result = prepared.fetch(prepared.run())  # the first call compiles (torch.compile): setup
         outcome.setup_s = time.perf_counter() - started
@@ -168,9 +196,11 @@ def evaluate(peer: str, kernel: str, shape: dict[str, int], inputs: dict[str, np
         if not good:
             outcome.failure = f"wrong numbers: error {error:.2g} > {RTOL:g}"
             return outcome
+    fresh = (inputs, random_inputs(spec_of(kernel, shape), FRESH_SEED))
     try:
         with lock() if lock is not None else nullcontext():
-            outcome.median_s, times = time_it(prepared.run, min_time_s=min_time_s)
+            outcome.median_s, times = time_it(prepared.run, min_time_s=min_time_s,
+                                              refresh=lambda r: prepared.refresh(fresh[r % 2]))
         outcome.repeats, outcome.min_s = len(times), min(times)
     except Exception as error:  # noqa: BLE001
         outcome.failure = f"exception while timing: {_reason(error)}"

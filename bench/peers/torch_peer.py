@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import THREADS, Prepared
+from . import THREADS, Prepared, copy_into, input_names
 
 NAME = "torch"
 EPS = 1e-5
@@ -48,21 +48,16 @@ KERNELS = {
 }
 
 
-def tensors(kernel: str, inputs: dict[str, np.ndarray]) -> list[torch.Tensor]:
-    from . import input_names
-
-    return [torch.from_numpy(np.ascontiguousarray(inputs[name])) for name in input_names(kernel)]
-
-
 def prepare(function, kernel: str, inputs: dict[str, np.ndarray]) -> Prepared:
     torch.set_num_threads(THREADS)
-    args = tensors(kernel, inputs)
+    arrays = {name: np.ascontiguousarray(inputs[name]) for name in input_names(kernel)}
+    args = [torch.from_numpy(array) for array in arrays.values()]  # sharing the arrays' memory
 
     def run():
         with torch.inference_mode():
             return function(*args)
 
-    return Prepared(run=run, fetch=lambda t: t.numpy())
+    return Prepared(run=run, fetch=lambda t: t.numpy(), refresh=copy_into(arrays))
 
 
 def build(kernel: str, shape: dict[str, int], inputs: dict[str, np.ndarray], **_: Any) -> Prepared:

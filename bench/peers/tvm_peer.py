@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
@@ -225,7 +226,8 @@ def build(kernel: str, shape: dict[str, int], inputs: dict[str, np.ndarray], tri
         mod = tvm.IRModule({"main": prim_func(kernel, shape)})
     lib = tvm.compile(mod, target=target())
     dev = tvm.cpu()
-    args = [tvm.runtime.tensor(np.ascontiguousarray(inputs[n]), dev) for n in input_names(kernel)]
+    names = input_names(kernel)
+    args = [tvm.runtime.tensor(np.ascontiguousarray(inputs[n]), dev) for n in names]
     out = tvm.runtime.empty(output_shape(kernel, shape), "float32", dev)
     main = lib["main"]
 
@@ -233,4 +235,8 @@ def build(kernel: str, shape: dict[str, int], inputs: dict[str, np.ndarray], tri
         main(*args, out)
         return out
 
-    return Prepared(run=run, fetch=lambda result: result.numpy(), notes=notes)
+    def refresh(values: Mapping[str, np.ndarray]) -> None:
+        for name, arg in zip(names, args, strict=True):
+            arg.copyfrom(values[name])
+
+    return Prepared(run=run, fetch=lambda result: result.numpy(), refresh=refresh, notes=notes)

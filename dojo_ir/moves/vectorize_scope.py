@@ -6,9 +6,13 @@ one vector instruction.
 `vectorize_scope(op=X, depth=d)` marks the sequential scope at depth d around
 operation X `:v`. As in the paper (section 2), the scope must already have the
 vector's size (tile it with `split_scope` first) and wrap a single operation
-with vectorizable arguments. Legal when
-- the size is a vector width, 2, 4, 8 or 16, and the size times the bytes of
-  every dtype the operation touches is at most 64 (one 512-bit register);
+with vectorizable arguments. The vector may be wider than one register, or
+not a power of two (a convolution's 54 output columns): the code generator
+covers it with register-wide vectors and narrower ones for the rest, which is
+how a row whose length the lane count does not divide is vectorized at all.
+Legal when
+- the size is 2 to 512 lanes, and the size times the bytes of the widest
+  dtype the operation touches is at most 2 KiB (AVX-512's 32 registers);
 - the body is exactly one operation, no scope;
 - every access is vectorizable: an index either does not use the lane
   variable `{d}` (a broadcast) or is `{d}` with coefficient 1 plus terms of
@@ -38,13 +42,13 @@ from .mapping import nesting_problem, with_kind
 NAME = "vectorize_scope"
 TITLE = "Vectorize the scope"
 
-WIDTHS = (2, 4, 8, 16)
-VECTOR_BYTES = 64
+MAX_LANES = 512
+VECTOR_BYTES = 2048  # a vector's most bytes: the 32 registers of AVX-512
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
     for path, node in iter_paths(a.program.body):
-        if isinstance(node, Scope) and not node.kind and node.size in WIDTHS:
+        if isinstance(node, Scope) and not node.kind and 2 <= node.size <= MAX_LANES:
             label, depth = a.locate(path)
             yield Move(NAME, (("op", label), ("depth", depth)), a.first_site(path).line)
 
@@ -82,7 +86,7 @@ def _vector_problem(a: Analysis, op: Op, lane: int, size: int) -> str | None:
     arrays = (op.target, *op.reads)
     widest = max(DTYPE_BYTES[a.program.buffer_of[x.array].dtype] for x in arrays)
     if size * widest > VECTOR_BYTES:
-        return f"{size} lanes of {widest} bytes exceed a {VECTOR_BYTES}-byte vector"
+        return f"{size} lanes of {widest} bytes exceed the {VECTOR_BYTES} bytes a vector may take"
     for access in arrays:
         problem = _unvectorizable(a, access, lane)
         if problem:
@@ -98,8 +102,8 @@ def why_not(a: Analysis, move: Move) -> str | None:
     _, path, scope = a.scope(move)
     if scope.kind:
         return f"the scope is already mapped (`{scope.token}`); only a sequential scope can be vectorized"
-    if scope.size not in WIDTHS:
-        return f"the scope has {scope.size} iterations; a vector has 2, 4, 8 or 16 lanes"
+    if not 2 <= scope.size <= MAX_LANES:
+        return f"the scope has {scope.size} iterations; a vector has 2 to {MAX_LANES} lanes"
     if len(scope.body) != 1 or not isinstance(scope.body[0], Op):
         return "the scope must hold exactly one operation and nothing else"
     lane = len(path) - 1
@@ -198,24 +202,24 @@ y f32 [4, 4] heap
         "vectorize_scope(op=y, depth=1)",
     ),
     (
-        # 5 is not a vector width.
+        # 1000 lanes are more than a vector may have.
         """kernel k(x) -> y
 
-x f32 [5] heap
-y f32 [5] heap
+x f32 [1000] heap
+y f32 [1000] heap
 
-5 y[{0}] = x[{0}] * 2
+1000 y[{0}] = x[{0}] * 2
 """,
         "vectorize_scope(op=y, depth=0)",
     ),
     (
-        # 16 lanes of f64 are 128 bytes, more than a 64-byte vector.
+        # 300 lanes of f64 are 2400 bytes, more than AVX-512's registers hold.
         """kernel k(x) -> y
 
-x f64 [16] heap
-y f64 [16] heap
+x f64 [300] heap
+y f64 [300] heap
 
-16 y[{0}] = x[{0}] * 2
+300 y[{0}] = x[{0}] * 2
 """,
         "vectorize_scope(op=y, depth=0)",
     ),
