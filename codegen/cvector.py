@@ -7,9 +7,10 @@ The vector has one lane per iteration, whatever the target's register width:
 the compiler splits a wider vector into registers, so one code path serves
 every target. A scope whose size is not a power of two (a convolution's 54
 output columns), or wider than 64 bytes, is computed in pieces (`pieces`): as
-many 64-byte vectors as fit, then one each of half that, a quarter, ... and a
-scalar for what is left, each piece the same statement with the lane
-variable at the piece's first lane. Pieces no wider than a 512-bit register
+many 64-byte vectors as fit, then one each of half that, a quarter, ... down
+to 16 bytes, and scalars for what is left (GCC keeps 8-byte vectors in
+general-purpose registers, shuffling them in and out of vector ones), each
+piece the same statement with the lane variable at the piece's first lane. Pieces no wider than a 512-bit register
 let the compiler keep a tile of accumulators in registers, which it does not
 do for the halves of a wider vector. Accesses whose last index uses the lane variable with
 coefficient 1 (and no other index uses it) are vector loads and stores,
@@ -70,10 +71,10 @@ PIECE_BYTES = 64
 
 def pieces(size: int, dtype_bytes: int = 4) -> list[tuple[int, int]]:
     """(first lane, lanes) of the vectors that cover `size` lanes of `dtype_bytes`, widest (64
-    bytes) first; a last piece of one lane is a scalar."""
+    bytes) first, then down to 16 bytes; pieces of one lane are scalars."""
     found, first = [], 0
     for lanes in (*reversed(_LANES), 1):
-        if lanes * dtype_bytes > PIECE_BYTES:
+        if lanes * dtype_bytes > PIECE_BYTES or (lanes > 1 and lanes * dtype_bytes < 16):
             continue
         while size - first >= lanes:
             found.append((first, lanes))

@@ -17,15 +17,18 @@ import os
 import random
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from itertools import accumulate
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from codegen import TARGETS, generate, get_target
 from codegen.build import BuildError, build
 from codegen.c import generate_c, streamed
-from codegen.cvector import streamable
+from codegen.cvector import pieces, streamable
 from codegen.targets import Target, streaming_threshold_bytes
 from dojo_ir import interpret, load, random_inputs, to_text
 from dojo_ir.fuzz import fuzz_shape
@@ -619,3 +622,40 @@ def test_other_targets_run_correctly(name: str, cache: Path) -> None:
     streaming = load(STREAMING)
     assert ("dojo_stream" in generate_c(streaming, target, threshold=0)) == target.x86
     assert_matches(streaming, cache, target=target)
+
+
+@given(size=st.integers(2, 512), dtype_bytes=st.sampled_from([4, 8]))
+def test_pieces_cover_a_vector_in_register_wide_parts(size: int, dtype_bytes: int) -> None:
+    parts = pieces(size, dtype_bytes)
+    assert [first for first, _ in parts] == list(accumulate([0] + [lanes for _, lanes in parts[:-1]]))
+    assert sum(lanes for _, lanes in parts) == size
+    assert all(lanes == 1 or 16 <= lanes * dtype_bytes <= 64 for _, lanes in parts)
+    assert [lanes for _, lanes in parts] == sorted((lanes for _, lanes in parts), reverse=True)
+
+
+ODD_VECTORS = """kernel k(x, w) -> y, s, c
+
+x f32 [3, 56] heap
+w f32 [2] heap
+y f32 [3, 54] heap
+s f32 [3] heap
+c f32 [2, 54] heap
+
+3 54:v y[{0},{1}] = x[{0},{1}+2] * w[1]
+3 s[{0}] = -inf
+| 54:v s[{0}] max= x[{0},{1}+1]
+2 54 c[{0},{1}] = 0
+2 3 54:v c[{0},{2}] += x[{1},{2}+{0}] * w[{0}]
+"""
+
+
+def test_vectors_of_54_lanes_compute_in_pieces_what_the_interpreter_does(cache: Path) -> None:
+    """A convolution's row of 54 output columns as one `:v` scope: three 16-lane pieces, one of
+    4 and two scalars, for plain stores, a horizontal reduction and a vector reduction."""
+    program = load(ODD_VECTORS)
+    kernel = generate(program, NATIVE)
+    kernel = kernel[kernel.index("static void kernel"):kernel.index("static void *dojo_alloc")]
+    assert kernel.count("*(vf32x16u *)&b_y[") == 3 and "*(vf32x4u *)&b_y[i0*54 + 48]" in kernel
+    assert "b_y[i0*54 + 53] = " in kernel and "dojo_hmax_f32x16(" in kernel
+    for seed in range(3):
+        assert_matches(program, cache, random_inputs(program, seed))

@@ -187,6 +187,29 @@ s f32 [3] heap
 | 8:v s[{0}] += x[{0},{1}] * g[{1}] + c[]
 """,
     ),
+    (
+        # A convolution's row of 54 output columns, which no lane count
+        # divides, as one vector (computed in register-wide pieces).
+        """kernel k(x, w) -> y
+
+x f32 [2, 56] heap
+w f32 [3] heap
+y f32 [2, 54] heap
+
+2 54 y[{0},{1}] = 0
+2 3 54 y[{0},{2}] += x[{0},{2}+{1}] * w[{1}]
+""",
+        "vectorize_scope(op=y#2, depth=2)",
+        """kernel k(x, w) -> y
+
+x f32 [2, 56] heap
+w f32 [3] heap
+y f32 [2, 54] heap
+
+2 54 y[{0},{1}] = 0
+2 3 54:v y[{0},{2}] += x[{0},{2}+{1}] * w[{1}]
+""",
+    ),
 ]
 
 NOT_APPLICABLE = [
