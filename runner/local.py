@@ -12,8 +12,9 @@ fresh pseudo-random inputs (section 4.2.3 of the paper: warm-up, new input data 
 from the cache; the median, min and max are over the timed repetitions.
 
 Verification. Every measured program is checked against its spec (`spec`, or the program itself):
-both see the same inputs (`dojo_ir.random_inputs(spec, SEED)`) and the outputs must agree within
-the dtype's tolerance (`runner.verify`). The reference outputs come from the reference interpreter
+both see the same inputs (`dojo_ir.random_inputs(spec, SEED)`, drawn and written to a file once per
+spec and kept for the next run of that spec, within INPUT_CACHE_BYTES) and the outputs must agree
+within the dtype's tolerance (`runner.verify`). The reference outputs come from the reference interpreter
 when the spec is small (at most INTERPRET_LIMIT iterations of its operations), else from the spec
 compiled for the same target with its scheduling stripped and run once without timing, twice: with
 its temporaries in their own precision and in f64, and a program passes between the two (long f32
@@ -41,13 +42,16 @@ parallel kernel needs every core, so another process's load shows in its times a
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import statistics
 import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from math import prod
 from pathlib import Path
@@ -73,6 +77,7 @@ SEED = 0
 INTERPRET_LIMIT = 2_000_000
 EMULATOR_HEADROOM = 1 << 30  # qemu-user maps its translation cache and itself next to the guest
 REFERENCE_CACHE_BYTES = 1 << 30
+INPUT_CACHE_BYTES = 1 << 30
 _STDERR_TAIL = 600
 
 
@@ -153,29 +158,50 @@ class _Outcome:
     error: str | None
 
 
-class _References:
-    """Reference outputs of recent specs, by spec text and how they were computed; least recently
-    used first out, within a byte budget. Shared by threads, so guarded."""
+class _Recent:
+    """Values of recent keys, least recently used first out, within a byte budget (`size` of a
+    value); `evict` is told of each value that goes. Shared by threads, so guarded."""
 
-    def __init__(self, max_bytes: int):
-        self._max_bytes = max_bytes
-        self._items: OrderedDict[tuple[str, str], list[dict[str, np.ndarray]]] = OrderedDict()
+    def __init__(self, max_bytes: int, size: Callable[[Any], int], evict: Callable[[Any], None] = lambda _: None):
+        self._max_bytes, self._size, self._evict = max_bytes, size, evict
+        self._items: OrderedDict[Any, Any] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str]) -> list[dict[str, np.ndarray]] | None:
+    def get_or_make(self, key: Any, make: Callable[[], Any]) -> Any:
+        """The value of `key`, made (once at a time: under the lock) if it is not here."""
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+            value = self._items[key] = make()
+            while len(self._items) > 1 and sum(map(self._size, self._items.values())) > self._max_bytes:
+                self._evict(self._items.popitem(last=False)[1])
+            return value
+
+    def get(self, key: Any) -> Any:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
             return self._items.get(key)
 
-    def put(self, key: tuple[str, str], outputs: list[dict[str, np.ndarray]]) -> None:
-        with self._lock:
-            self._items[key] = outputs
-            while len(self._items) > 1 and self._bytes() > self._max_bytes:
-                self._items.popitem(last=False)
+    def put(self, key: Any, value: Any) -> None:
+        self.get_or_make(key, lambda: value)
 
-    def _bytes(self) -> int:
-        return sum(a.nbytes for references in self._items.values() for r in references for a in r.values())
+
+def _outputs_bytes(references: list[dict[str, np.ndarray]]) -> int:
+    return sum(a.nbytes for r in references for a in r.values())
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """A spec's inputs and the harness's input file holding them."""
+
+    arrays: dict[str, np.ndarray]
+    file: Path
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays.values())
 
 
 class LocalRunner:
@@ -184,7 +210,12 @@ class LocalRunner:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.time_limit_s = time_limit_s
         self.memory_limit_bytes = memory_limit_bytes
-        self._references = _References(REFERENCE_CACHE_BYTES)
+        self._references = _Recent(REFERENCE_CACHE_BYTES, _outputs_bytes)
+        # Inputs are drawn and written once per spec: for the big ones (a batch norm's 403 MB) that
+        # took seconds, longer than the timed runs of an evaluation.
+        self._input_dir = Path(tempfile.mkdtemp(prefix="dojo-inputs-"))
+        weakref.finalize(self, shutil.rmtree, self._input_dir, True)
+        self._inputs = _Recent(INPUT_CACHE_BYTES, lambda i: i.nbytes, lambda i: i.file.unlink(missing_ok=True))
 
     def targets(self) -> list[dict[str, Any]]:
         return [{"name": t.name, "language": t.language, "buildable": t.buildable(), "runnable": t.runnable()}
@@ -212,22 +243,29 @@ class LocalRunner:
             return failed(f"cannot build for {chosen.name}: {error}", time.perf_counter() - started)
         compile_s = time.perf_counter() - started
 
-        inputs = random_inputs(spec, SEED)
+        inputs = self._inputs.get_or_make(to_text(spec), lambda: self._draw_inputs(spec))
         with tempfile.TemporaryDirectory(prefix="dojo-run-") as work:
             given = Path(work) / "inputs.bin"
-            given.write_bytes(encode(spec, inputs))
+            os.link(inputs.file, given)  # this run's own name for it, which evicting the file leaves
             with exclusive(self.cache_dir / "bench.lock"):
                 outcome = self._execute(binary.path, chosen, program, given, Path(work) / "outputs.bin",
                                         repeats, warmup)
             if outcome.error is not None:
                 return failed(outcome.error, compile_s)
             assert outcome.outputs is not None
-            expected, problem = self._reference(spec, program, chosen, inputs, given, Path(work))
+            expected, problem = self._reference(spec, program, chosen, inputs.arrays, given, Path(work))
 
         times = outcome.times
         verified, max_error = (None, None) if expected is None else compare(program, outcome.outputs, *expected)
         return RunResult(chosen.name, statistics.median(times), min(times), max(times), repeats, compile_s,
                          verified, max_error, problem, times)
+
+    def _draw_inputs(self, spec: Program) -> _Inputs:
+        arrays = random_inputs(spec, SEED)
+        handle, name = tempfile.mkstemp(suffix=".bin", dir=self._input_dir)
+        with os.fdopen(handle, "wb") as file:
+            file.write(encode(spec, arrays))
+        return _Inputs(arrays, Path(name))
 
     def _reference(self, spec: Program, program: Program, target: Target, inputs: dict[str, np.ndarray],
                    given: Path, work: Path) -> tuple[list[dict[str, np.ndarray]] | None, str | None]:

@@ -13,7 +13,7 @@ import pytest
 from codegen import generate
 from codegen.build import build
 from codegen.targets import get_target
-from dojo_ir import load, to_text
+from dojo_ir import load, random_inputs, to_text
 from dojo_ir.derivation import record
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import apply
@@ -280,3 +280,17 @@ def test_compare_accepts_what_lies_between_two_references() -> None:
     outside, worst = compare(program, {"y": np.array([105.0, 200.0], np.float32)}, low, high)
     assert not outside and worst == 3.0
     assert not compare(program, {"y": np.array([101.0, 203.0], np.float32)}, low, high)[0]
+
+
+def test_inputs_are_drawn_once_per_spec_and_evicted_files_go(cache: Path, monkeypatch) -> None:
+    import runner.local as local
+
+    drawn = []
+    monkeypatch.setattr(local, "random_inputs", lambda spec, seed: drawn.append(spec.name) or random_inputs(spec, seed))
+    monkeypatch.setattr(local, "INPUT_CACHE_BYTES", 1)  # room for one spec's inputs at a time
+    runner = LocalRunner(cache_dir=cache)
+    first, second = load(LONG_SUM), load(LONG_DOT)
+    for program in (first, first, second, first):
+        assert runner.run(program, repeats=1, warmup=0).ok
+    assert drawn == ["total", "dot", "total"]
+    assert len(list(runner._input_dir.iterdir())) == 1
