@@ -7,7 +7,9 @@
 Evaluation 0 is the starting program (the spec, or the spec after `prefix`); the budget counts
 the evaluations after it. A pass (`naive`, `greedy`, `heuristic`) spends one evaluation. A search
 (`random`, `sa`) spends up to `budget`, stopping earlier at `time_limit_s`, when `should_stop()`
-says so (polled between evaluations), or when it keeps meeting programs it knows. Then, as
+says so (polled between evaluations), or when it keeps meeting programs it knows. `agent` lets
+the learned agent trained in `checkpoint` (agent/perfllm) play up to `budget` moves, each one
+evaluation, keeping the best program it meets. Then, as
 single timings of a few repetitions are noisy, the best few distinct programs and the start are
 measured again with `runner.measure.measure` and the fastest of those wins; a pass's result is
 measured again with the start. A search stopped by `should_stop` skips that step and returns
@@ -32,6 +34,7 @@ from .passes import PASSES
 from .search import METHODS, make_graph
 
 FINALISTS = 3
+AGENT = "agent"
 
 
 @dataclass(frozen=True)
@@ -89,12 +92,15 @@ def tune(spec: Program, method: str, budget: int, *, spec_path: str, graph: str 
          log: Path | None = None, resume: bool = False, seed: int = 0,
          on_progress: Callable[[TuneProgress], None] | None = None,
          should_stop: Callable[[], bool] | None = None, prefix: Sequence[str] = (),
-         repeats: int = 3, finalists: int = FINALISTS, final_min_time_s: float = 1.0) -> TuneResult:
-    """Optimise `spec` with `method` (naive, greedy, heuristic, random or sa) within `budget`
-    evaluations; see the module's docstring. `prefix` are moves already played from the spec (a
-    derived file's): the search starts after them and the result's moves begin with them."""
-    if method not in PASSES and method not in METHODS:
-        raise ValueError(f"unknown method `{method}`; expected one of {', '.join([*PASSES, *METHODS])}")
+         repeats: int = 3, finalists: int = FINALISTS, final_min_time_s: float = 1.0,
+         checkpoint: Path | None = None) -> TuneResult:
+    """Optimise `spec` with `method` (naive, greedy, heuristic, random, sa or agent) within
+    `budget` evaluations; see the module's docstring. `prefix` are moves already played from the
+    spec (a derived file's): the search starts after them and the result's moves begin with them."""
+    if method not in PASSES and method not in METHODS and method != AGENT:
+        raise ValueError(f"unknown method `{method}`; expected one of {', '.join([*PASSES, *METHODS, AGENT])}")
+    if method == AGENT and checkpoint is None:
+        raise ValueError("the agent needs a checkpoint: a directory `dojo agent train` wrote")
     if budget < 0:
         raise ValueError(f"the budget must be at least 0, not {budget}")
     facts = get_target(target)
@@ -151,7 +157,13 @@ def tune(spec: Program, method: str, budget: int, *, spec_path: str, graph: str 
                 pass
         candidates = [tuple(applied)]
     else:
-        METHODS[method](evaluator, make_graph(graph, evaluator, facts), seed)
+        if method == AGENT:
+            from .perfllm.play import continue_  # torch and the embedding model load only here
+
+            assert checkpoint is not None
+            continue_(evaluator.start, checkpoint, budget, evaluator, target=target, seed=seed, should_stop=stop)
+        else:
+            METHODS[method](evaluator, make_graph(graph, evaluator, facts), seed)
         candidates = [moves for _, moves in evaluator.ranked()[:finalists]]
         if not candidates:
             candidates = [tuple(evaluator.best_moves)]

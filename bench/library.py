@@ -22,6 +22,7 @@ of the run. Results: bench/results/library.md and the plots bench/results/librar
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -222,13 +223,14 @@ def report(rows: list[dict[str, Any]], peers: list[str], machine: Any, meta: dic
                "times are noisy.")
     out.append("")
     out.append(f"Peers: {meta['versions']}. All on the CPU with {2} threads. TVM: MetaSchedule with "
-               f"{meta['tvm_trials']} trials (random cost model: the bench extra has no xgboost), best "
+               f"{meta['tvm_trials']} trials ({meta.get('tvm_cost_model', 'random')} cost model), best "
                "schedule built with LLVM for this CPU; 0 trials means TVM's default schedule. torch.compile: "
                "inductor, static shapes. numpy and torch allocate their outputs per call; "
                + ("glibc's malloc as is (--system-malloc). " if meta["system_malloc"] else
                   "malloc set to reuse freed memory (`reuse_heap`), as jemalloc/tcmalloc would. ")
-               + "Times: median after warm-up over at least 0.5 s of repetitions "
-               "on the same inputs for every peer (`dojo_ir.random_inputs(spec, 0)`); every output checked "
+               + "Times: median after warm-up over at least 0.5 s of repetitions, every repetition on fresh "
+               "inputs written just before it (untimed), as PerfDojo's runner does (the inputs alternate "
+               "between `dojo_ir.random_inputs(spec, 0)` and `(spec, 1)`); every output checked "
                "against numpy in float64 (relative 1e-3). PerfDojo: `runner.measure.measure` on the tuned "
                "program (at least 1 s, verified against the spec by the runner), or on the spec itself "
                "(`untuned`: the unscheduled loop nests compiled by gcc).")
@@ -535,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_after": ", ".join(f"{v:.2f}" for v in os.getloadavg()),
         "versions": versions(args.peers),
         "tvm_trials": args.tvm_trials,
+        "tvm_cost_model": "xgb" if importlib.util.find_spec("xgboost") else "random",
         "system_malloc": args.system_malloc,
         "shape_note": shape_note,
     }

@@ -12,6 +12,7 @@ unreachable service) raises `RunnerError`; a kernel that crashed or timed out co
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +119,13 @@ class RemoteRunner:
 def _diagnostic(error: dict[str, Any]) -> Diagnostic:
     span = Span(error["line"], error["col"], error["end_line"], error["end_col"])
     return Diagnostic(span, error["message"], error["rule"])
+
+
+def connect(url: str | None, token_file: str | None = None) -> AbstractContextManager[Any]:
+    """The runner to measure with, to use in a `with`: the service at `url` (its token from
+    `token_file` or DOJO_RUNNER_TOKEN), or this machine's LocalRunner when `url` is empty."""
+    if not url:
+        from runner.local import LocalRunner  # the build machinery, only where it runs
+
+        return nullcontext(LocalRunner())
+    return RemoteRunner(url, token_for(url, token_file))

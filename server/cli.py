@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from dojo_ir import DojoError, diagnose, interpret, load, random_inputs, to_text
-from dojo_ir.derivation import record, spec_path, verify
+from dojo_ir.derivation import record, spec_path, verify, without_comments
 from dojo_ir.fuzz import fuzz
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import KINDS, Analysis, apply, find, parse_move
@@ -277,26 +277,17 @@ def _summary(name: str, result: RunResult) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from runner.client import RunnerError  # imported here, as the build machinery is where it runs
+
     program = _load(args.file)
     spec = None if program.derivation is None else _load(str(spec_path(program, Path(args.file))))
     options = {"target": args.target, "repeats": args.repeats, "warmup": args.warmup, "spec": spec,
                "min_time_s": args.min_time}
-    url = args.runner or os.environ.get("DOJO_RUNNER_URL")
-    if url:
-        from runner.client import RemoteRunner, RunnerError, token_for
-
-        try:
-            with RemoteRunner(url, token_for(url, args.token_file)) as runner:
-                result = measure(runner, program, **options)
-        except RunnerError as error:
-            raise CommandError(f"dojo run: error: {error}") from None
-    else:
-        from runner.local import LocalRunner
-
-        try:
-            result = measure(LocalRunner(), program, **options)
-        except ValueError as error:
-            raise CommandError(f"dojo run: error: {error}") from None
+    try:
+        with _runner_for(args, "run") as runner:
+            result = measure(runner, program, **options)
+    except (RunnerError, ValueError) as error:
+        raise CommandError(f"dojo run: error: {error}") from None
     # Every repetition's time is in the runner's record; one line of summary is what a script wants here.
     summary = {k: v for k, v in result.to_json().items() if k != "times"}
     print(json.dumps(summary) if args.json else _summary(program.name, result))
@@ -321,20 +312,26 @@ def cmd_machine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _start(program, path: str) -> tuple:
+    """Where a search or the agent starts from the file at `path`: its spec, the moves already
+    played (a derived file's, kept as the prefix of every candidate) and the spec's file."""
+    if program.derivation is None:
+        return program, [], Path(path).resolve()
+    spec_file = spec_path(program, Path(path))
+    return _load(str(spec_file)), list(program.derivation.moves), spec_file
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     # imported here so that the commands that do not tune start without the agent
     from agent.tune import TuneProgress, tune
+    from runner.client import RunnerError
 
     program = _load(args.file)
     out = Path(args.out)
     log = out.with_name(out.name + ".jsonl")
     if not out.resolve().parent.is_dir():
         raise CommandError(f"{out}: error: cannot write: the directory {out.parent} does not exist")
-    if program.derivation is None:
-        spec, prefix, spec_file = program, [], Path(args.file).resolve()
-    else:  # a derived file: tune from it, its moves are the prefix of every candidate
-        spec_file = spec_path(program, Path(args.file))
-        spec, prefix = _load(str(spec_file)), list(program.derivation.moves)
+    spec, prefix, spec_file = _start(program, args.file)
     relative = os.path.relpath(spec_file, out.resolve().parent)
     tty = sys.stderr.isatty()
 
@@ -355,22 +352,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     options = {"graph": args.graph, "target": args.target, "time_limit_s": args.time_limit, "log": log,
                "resume": args.resume, "seed": args.seed, "on_progress": progress, "prefix": prefix,
-               "final_min_time_s": args.min_time}
-    url = args.runner or os.environ.get("DOJO_RUNNER_URL")
+               "final_min_time_s": args.min_time, "checkpoint": args.checkpoint and Path(args.checkpoint)}
     try:
-        if url:
-            from runner.client import RemoteRunner, RunnerError, token_for
-
-            try:
-                with RemoteRunner(url, token_for(url, args.token_file)) as runner:
-                    result = tune(spec, args.method, args.budget, spec_path=relative, runner=runner, **options)
-            except RunnerError as error:
-                raise CommandError(f"dojo tune: error: {error}") from None
-        else:
-            from runner.local import LocalRunner
-
-            result = tune(spec, args.method, args.budget, spec_path=relative, runner=LocalRunner(), **options)
-    except ValueError as error:
+        with _runner_for(args, "tune") as runner:
+            result = tune(spec, args.method, args.budget, spec_path=relative, runner=runner, **options)
+    except (RunnerError, ValueError) as error:
         raise CommandError(f"dojo tune: error: {error}") from None
     except KeyboardInterrupt:
         if tty:
@@ -390,6 +376,90 @@ def cmd_tune(args: argparse.Namespace) -> int:
         speedup = "" if result.speedup is None else f", {result.speedup:.2f}x"
         print(f"{program.name}: {args.method}: {len(result.moves)} moves, {spec_s} -> {best_s}{speedup} "
               f"after {result.evaluations} evaluations; wrote {out}")
+    return 0
+
+
+def _runner_for(args: argparse.Namespace, command: str):
+    """The runner `--runner`/$DOJO_RUNNER_URL names, or this machine's; a context manager."""
+    from runner.client import RunnerError, connect
+
+    try:
+        return connect(args.runner or os.environ.get("DOJO_RUNNER_URL"), args.token_file)
+    except RunnerError as error:
+        raise CommandError(f"dojo {command}: error: {error}") from None
+
+
+def cmd_agent_train(args: argparse.Namespace) -> int:
+    # imported here: torch and the embedding model are slow to load
+    from agent.perfllm.train import measured, train
+    from runner.client import RunnerError
+
+    unknown = [k for k in [*args.kernels, *args.hold_out] if k not in KERNELS]
+    if unknown:
+        raise CommandError(f"dojo agent train: error: unknown kernel {', '.join(unknown)}; "
+                           f"the library has {', '.join(KERNELS)}")
+    names = [k for k in (args.kernels or list(KERNELS)) if k not in args.hold_out]
+    kernels = [(name, load(KERNELS[name].text() if args.paper_shapes else KERNELS[name].small())) for name in names]
+    kernels += [(Path(f).stem, _load(f)) for f in args.files]
+    out = Path(args.out)
+
+    def progress(row: dict) -> None:
+        speedup = "-" if row["best_speedup"] is None else f"{row['best_speedup']:.2f}x"
+        loss = "-" if row["loss"] is None else f"{row['loss']:.3g}"
+        print(f"episode {row['episode']}/{args.episodes} {row['kernel']}: {row['steps']} moves, best {speedup}, "
+              f"epsilon {row['epsilon']:.2f}, loss {loss}", file=sys.stderr, flush=True)
+
+    try:
+        with _runner_for(args, "agent train") as runner:
+            result = train(kernels, out, episodes=args.episodes, max_steps=args.max_steps, target=args.target,
+                           seed=args.seed, resume=args.resume, on_progress=progress,
+                           evaluate=measured(out, target=args.target, runner=runner))
+    except (ValueError, FileExistsError, RunnerError) as error:
+        raise CommandError(f"dojo agent train: error: {error}") from None
+    except KeyboardInterrupt:
+        print(f"dojo agent train: interrupted; {out} holds every finished episode (--resume continues)",
+              file=sys.stderr)
+        return 130
+    print(f"trained {result.episodes} episodes on {', '.join(name for name, _ in kernels)}; checkpoint, curve.jsonl "
+          f"and curve.png in {out}")
+    return 0
+
+
+def cmd_agent_continue(args: argparse.Namespace) -> int:
+    from agent.evaluate import Evaluator
+    from agent.perfllm.play import Step, continue_
+    from runner.client import RunnerError
+
+    program = _load(args.file)
+    spec, prefix, spec_file = _start(program, args.file)
+    out = Path(args.file) if args.write else Path(args.out) if args.out else None
+
+    def step(s: Step) -> None:
+        time_s = "failed" if s.time_s is None else _seconds(s.time_s)
+        print(f"{s.index}: {s.move or 'stop'} -> {time_s}", file=sys.stderr, flush=True)
+
+    try:
+        with _runner_for(args, "agent continue") as runner:
+            evaluator = Evaluator(spec, prefix=prefix, runner=runner, target=args.target)
+            result = continue_(evaluator.start, Path(args.checkpoint), args.steps, evaluator, target=args.target,
+                               on_step=step)
+    except (ValueError, FileNotFoundError, RunnerError) as error:
+        raise CommandError(f"dojo agent continue: error: {error}") from None
+    best = record(without_comments(result.program), prefix + result.moves,
+                  os.path.relpath(spec_file, (out or Path(args.file)).resolve().parent))
+    if out is not None:
+        write_atomically(out, to_text(best).encode())
+    if args.json:
+        print(json.dumps({"out": None if out is None else str(out), **result.to_json()}))
+    else:
+        start = "-" if result.start_s is None else _seconds(result.start_s)
+        time_s = "-" if result.time_s is None else _seconds(result.time_s)
+        speedup = "" if result.speedup is None else f", {result.speedup:.2f}x"
+        where = f"; wrote {out}" if out is not None else ""
+        print(f"{program.name}: agent: {len(result.steps)} steps ({result.ended}), best {len(result.moves)} moves, "
+              f"{start} -> {time_s}{speedup}{where}")
+        if out is None:
+            print(to_text(best), end="")
     return 0
 
 
@@ -473,7 +543,9 @@ def build_parser() -> argparse.ArgumentParser:
     machine.set_defaults(run=cmd_machine)
     tune_ = commands.add_parser("tune", help="optimise a kernel with a pass or a search, timing every candidate")
     tune_.add_argument("file", metavar="FILE", help="the spec (or a derived file: its moves are kept as a prefix)")
-    tune_.add_argument("--method", required=True, choices=["naive", "greedy", "heuristic", "random", "sa"])
+    tune_.add_argument("--method", required=True, choices=["naive", "greedy", "heuristic", "random", "sa", "agent"])
+    tune_.add_argument("--checkpoint", metavar="DIR", help="the learned agent's (--method agent): what "
+                       "`dojo agent train` wrote")
     tune_.add_argument("--graph", default="edges", choices=["edges", "heuristic"],
                        help="search graph: one move at a time, or whole candidate sequences (default: edges)")
     tune_.add_argument("--budget", type=int, default=100, metavar="N",
@@ -490,6 +562,36 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a runner service (default: $DOJO_RUNNER_URL, else this machine)")
     tune_.add_argument("--token-file", metavar="F", help="the service's token (default: $DOJO_RUNNER_TOKEN)")
     tune_.set_defaults(run=cmd_tune)
+
+    agent = commands.add_parser("agent", help="train the learned agent (PerfLLM), or let it continue a kernel")
+    agent_commands = agent.add_subparsers(dest="agent_command", required=True, metavar="COMMAND")
+    train_ = agent_commands.add_parser("train", help="deep Q-learning on library kernels (and files), measuring")
+    train_.add_argument("--kernels", nargs="*", default=[], metavar="K", help="library kernels (default: all)")
+    train_.add_argument("--hold-out", nargs="*", default=[], metavar="K", help="library kernels never to train on")
+    train_.add_argument("--files", nargs="*", default=[], metavar="FILE", help="more specs to train on")
+    train_.add_argument("--paper-shapes", action="store_true", help="the paper's shapes (default: the small ones)")
+    train_.add_argument("--episodes", type=int, required=True, metavar="N", help="episodes in all (a resumed run "
+                        "counts those done)")
+    train_.add_argument("--max-steps", type=int, default=10, metavar="K", help="moves per episode (default: 10)")
+    train_.add_argument("--out", "-o", required=True, metavar="DIR", help="checkpoint, curve and evaluation logs")
+    train_.add_argument("--resume", action="store_true", help="continue the run in DIR")
+    train_.add_argument("--seed", type=int, default=0, metavar="S")
+    train_.set_defaults(run=cmd_agent_train)
+    continue__ = agent_commands.add_parser("continue", help="play N of the agent's moves from FILE, measuring, "
+                                           "and keep the best program")
+    continue__.add_argument("file", metavar="FILE", help="a spec or a derived file (its moves are kept)")
+    continue__.add_argument("--checkpoint", required=True, metavar="DIR", help="what `dojo agent train` wrote")
+    continue__.add_argument("--steps", type=int, default=10, metavar="N", help="moves to play (default: 10)")
+    where = continue__.add_mutually_exclusive_group()
+    where.add_argument("--write", action="store_true", help="rewrite FILE with the best program")
+    where.add_argument("--out", "-o", metavar="OUT", help="write the best program to OUT (default: print it)")
+    continue__.add_argument("--json", action="store_true", help="the result summary as JSON")
+    for sub in (train_, continue__):
+        sub.add_argument("--target", default="native", metavar="T", help="a target (default: native)")
+        sub.add_argument("--runner", metavar="URL", help="a runner service (default: $DOJO_RUNNER_URL, else this "
+                         "machine)")
+        sub.add_argument("--token-file", metavar="F", help="the service's token (default: $DOJO_RUNNER_TOKEN)")
+    continue__.set_defaults(run=cmd_agent_continue)
     return parser
 
 

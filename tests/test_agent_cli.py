@@ -84,3 +84,32 @@ def test_tune_rejects_an_unknown_method_and_a_missing_directory(softmax: Path, t
     assert dojo("tune", str(softmax), "--method", "magic", "--out", str(tmp_path / "o.dojo")).returncode == 2
     missing = dojo("tune", str(softmax), "--method", "naive", "--out", str(tmp_path / "no" / "o.dojo"))
     assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+
+def test_the_agent_trains_continues_a_file_and_tunes_from_the_command_line(softmax: Path, tmp_path: Path) -> None:
+    """`dojo agent train` writes a checkpoint, `dojo agent continue --write` rewrites the file with
+    the best program it met (which replays), and `dojo tune --method agent` uses the same policy."""
+    run = tmp_path / "run"
+    trained = dojo("agent", "train", "--kernels", "softmax", "--episodes", "1", "--max-steps", "2", "--out", str(run))
+    assert trained.returncode == 0, trained.stderr
+    assert "episode 1/1 softmax" in trained.stderr and (run / "policy.pt").exists()
+    again = dojo("agent", "train", "--kernels", "softmax", "--episodes", "1", "--max-steps", "2", "--out", str(run))
+    assert again.returncode == 1 and "resume" in again.stderr
+
+    played = dojo("agent", "continue", str(softmax), "--checkpoint", str(run), "--steps", "2", "--write", "--json")
+    assert played.returncode == 0, played.stderr
+    summary = json.loads(played.stdout)
+    assert 1 <= len(summary["steps"]) <= 2 and summary["start_s"] > 0
+    assert "0: " in played.stderr  # each step as it is played
+    text = softmax.read_text()
+    assert ("spec " in text) == bool(summary["moves"])
+    if summary["moves"]:
+        assert dojo("replay", str(softmax)).returncode == 0
+
+    out = tmp_path / "tuned.dojo"
+    tuned = dojo("tune", str(softmax), "--method", "agent", "--checkpoint", str(run), "--budget", "2",
+                 "--min-time", "0", "--out", str(out), "--json")
+    assert tuned.returncode == 0, tuned.stderr
+    assert json.loads(tuned.stdout)["evaluations"] <= 2 and dojo("replay", str(out)).returncode == 0
+    missing = dojo("tune", str(softmax), "--method", "agent", "--budget", "2", "--out", str(out))
+    assert missing.returncode == 1 and "checkpoint" in missing.stderr

@@ -4,16 +4,18 @@ apache-tvm 0.27) for `trials` trials and built with the best schedule found.
 
 API notes for apache-tvm 0.27: TIR lives in `tvm.tirx`, MetaSchedule in `tvm.s_tir.meta_schedule`;
 a target is a dict; `tvm.compile` returns an `Executable` whose `.mod` has `time_evaluator`;
-arrays are `tvm.runtime.tensor`/`tvm.runtime.empty`. The default `xgb` cost model needs xgboost,
-which the bench extra does not install, so tuning uses the `random` cost model (evolutionary search
-still mutates measured schedules). MetaSchedule's LocalBuilder starts worker processes that took
-about 8 s per candidate on this 2-core machine, so candidates are built in this process instead
+arrays are `tvm.runtime.tensor`/`tvm.runtime.empty`. Tuning uses MetaSchedule's default `xgb` cost
+model (the bench extra installs `xgboost-cpu`), or the `random` one where xgboost is missing
+(`COST_MODEL`; evolutionary search still mutates measured schedules). MetaSchedule's LocalBuilder
+starts worker processes that took about 8 s per candidate on this 2-core machine, so candidates are
+built in this process instead
 (`InProcessBuilder`: the same build and export functions; `derived_object` is in `tvm.ir.utils`); they
 still run in its LocalRunner's worker process, under its time limit.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 from collections.abc import Mapping
@@ -28,6 +30,7 @@ from tvm import te  # noqa: E402
 from . import THREADS, PeerFailure, Prepared, input_names, output_shape  # noqa: E402
 
 NAME = "tvm"
+COST_MODEL = "xgb" if importlib.util.find_spec("xgboost") else "random"
 
 
 def target() -> Any:
@@ -203,7 +206,7 @@ def tune(kernel: str, shape: dict[str, int], trials: int, work_dir: str | None =
                                        evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=3,
                                                                                   min_repeat_ms=50))
         database = ms.tune_tir(mod, tgt, directory, max_trials_global=trials,
-                               num_trials_per_iter=min(trials, 16), cost_model="random",
+                               num_trials_per_iter=min(trials, 16), cost_model=COST_MODEL,
                                builder=_in_process_builder(), runner=runner, seed=0)
         history = []
         for record in database.get_all_tuning_records():

@@ -16,7 +16,9 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 from dojo_ir import Program, to_text
 from dojo_ir.derivation import without_comments
@@ -145,18 +147,22 @@ class Measurements:
         self._known.clear()
 
 
+def open_runner(settings: Settings) -> AbstractContextManager[Any]:
+    """The configured runner (`dojo.runner.url`, or this machine), to use in a `with`."""
+    from runner.client import connect
+
+    return connect(settings.runner_url, settings.runner_token_file)
+
+
 def _measure(program: Program, spec: Program | None, settings: Settings, repeats: int) -> Measurement:
-    from runner.client import RemoteRunner, RunnerError, token_for
-    from runner.local import LocalRunner
+    from runner.client import RunnerError
 
     try:
-        if settings.runner_url:
-            with RemoteRunner(settings.runner_url, token_for(settings.runner_url, settings.runner_token_file)) as r:
-                return Measurement(measure(r, program, settings.target, repeats=repeats, spec=spec))
-        result = measure(LocalRunner(), program, settings.target, repeats=repeats, spec=spec)
+        with open_runner(settings) as runner:
+            result = measure(runner, program, settings.target, repeats=repeats, spec=spec)
     except (RunnerError, ValueError) as error:
         return Measurement(error=str(error))
-    return Measurement(result, bound_s=_local_bound(program))
+    return Measurement(result, bound_s=None if settings.runner_url else _local_bound(program))
 
 
 def _local_bound(program: Program) -> float | None:

@@ -23,6 +23,8 @@ class Settings:
     repetitions: int = 10  # timed repetitions of `dojo.benchmark` (the runner adds more to fill a second)
     measure_automatically: bool = True  # measure in the background for the inlay hint
     tune_budget: int = 100  # evaluations of `dojo.tune` when the command does not say
+    agent_checkpoint: str = ""  # what `dojo agent train` wrote, for `dojo.agent.continue`
+    agent_steps: int = 10  # moves of `dojo.agent.continue` when the command does not say
 
     @property
     def runner_name(self) -> str:
@@ -39,6 +41,9 @@ _KEYS = {
     "measure.automatic": ("measure_automatically", lambda v: isinstance(v, bool), "true or false"),
     "tune.budget": ("tune_budget", lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 100_000,
                     "an integer from 1 to 100000"),
+    "agent.checkpoint": ("agent_checkpoint", lambda v: isinstance(v, str), "a directory or an empty string"),
+    "agent.steps": ("agent_steps", lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 10_000,
+                    "an integer from 1 to 10000"),
 }
 
 

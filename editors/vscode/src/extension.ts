@@ -21,7 +21,7 @@ const CLIENT_ID = "dojo";
 const CLIENT_NAME = "PerfDojo Language Server";
 
 // The server's commands (dojo.benchmark, dojo.showGeneratedCode, dojo.applyMoves, dojo.tune,
-// and later dojo.agent.continue) are registered by the language
+// dojo.agent.continue) are registered by the language
 // client from the server's executeCommandProvider; package.json only gives
 // them titles. Those acting on a document take its uri first: invoked from the
 // command palette they get no arguments, and the active dojo editor's uri is

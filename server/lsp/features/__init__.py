@@ -1,5 +1,17 @@
 """The server's features, one module each, each with `register(server)`."""
 
-from . import code_actions, commands, configuration, diagnostics, formatting, hover, inlay_hints, symbols, tuning
+from . import (
+    agent,
+    code_actions,
+    commands,
+    configuration,
+    diagnostics,
+    formatting,
+    hover,
+    inlay_hints,
+    symbols,
+    tuning,
+)
 
-FEATURES = (configuration, diagnostics, code_actions, hover, inlay_hints, symbols, formatting, commands, tuning)
+FEATURES = (configuration, diagnostics, code_actions, hover, inlay_hints, symbols, formatting, commands, tuning,
+            agent)

@@ -1,7 +1,8 @@
 """`dojo.tune`: search for a faster program from the document's kernel, and
 apply the best one found as one versioned edit that records its moves.
 
-The search (agent.tune) runs in a worker thread; progress reports the
+The search (agent.tune) runs in a worker thread, measuring with the
+configured runner (`dojo.runner.url`, or this machine); progress reports the
 evaluations and the best time so far. Cancelling stops the search and keeps
 the best program found until then, as Ctrl-C does for `dojo tune`: the
 evaluations already paid for are not thrown away. The result is an edit for
@@ -20,13 +21,14 @@ from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
 
 from ..documents import file_path
+from ..measurements import open_runner
 from ..progress import cancellable, progress
 from ..server import DojoServer
 from .code_actions import moves_edit
 from .commands import apply_edit, argument, document_of
 
 if TYPE_CHECKING:
-    from agent.tune import TuneProgress
+    from agent.tune import TuneProgress, TuneResult
 
 TUNE = "dojo.tune"
 METHODS = ("heuristic", "sa", "random", "greedy", "naive")
@@ -58,9 +60,15 @@ def register(server: DojoServer) -> None:
                                           int(100 * state.evaluations / max(state.budget, 1)))
 
             here = file_path(snapshot.uri)
-            search = asyncio.ensure_future(asyncio.to_thread(
-                tune, program, method, budget, spec_path=here.name if here else "spec.dojo", graph=graph,
-                target=ls.settings.target, log=_log_path(here), on_progress=on_progress, should_stop=stop.is_set))
+            settings = ls.settings
+
+            def search_in_thread() -> TuneResult:
+                with open_runner(settings) as runner:
+                    return tune(program, method, budget, spec_path=here.name if here else "spec.dojo", graph=graph,
+                                target=settings.target, runner=runner, log=_log_path(here), on_progress=on_progress,
+                                should_stop=stop.is_set)
+
+            search = asyncio.ensure_future(asyncio.to_thread(search_in_thread))
             try:
                 result = await asyncio.shield(search)
             except asyncio.CancelledError:

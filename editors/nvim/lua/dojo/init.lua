@@ -35,6 +35,7 @@ local defaults = {
     benchmark = "<leader>db",
     generated_code = "<leader>dg",
     tune = "<leader>dt",
+    agent_continue = "<leader>dc",
     format = "<leader>df",
     symbols = "<leader>ds",
     hover = "K",
@@ -278,6 +279,30 @@ function M.tune(bufnr, method, budget)
   end)
 end
 
+--- Let the learned agent play `steps` moves from the buffer's kernel
+--- (workspace/executeCommand `dojo.agent.continue`); the server applies the best
+--- program it met as one edit and records its moves. `steps` defaults to the
+--- `dojo.agent.steps` setting; the agent is the `dojo.agent.checkpoint` one.
+function M.agent_continue(bufnr, steps)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local options = vim.empty_dict()
+  if steps ~= nil then
+    options.steps = steps
+  end
+  notify("the agent plays " .. vim.fn.fnamemodify(vim.api.nvim_buf_get_name(bufnr), ":t") .. " ...")
+  execute(bufnr, "dojo.agent.continue", { vim.uri_from_bufnr(bufnr), options }, function(result)
+    if type(result) ~= "table" then
+      notify("the agent returned nothing", vim.log.levels.WARN)
+    elseif result.applied then
+      notify(("agent: %s -> %s (%.2fx, %d moves)"):format(format_seconds(result.start_s),
+        format_seconds(result.time_s), result.speedup or 0, #result.moves))
+    else
+      notify("agent: " .. tostring(result.reason), vim.log.levels.WARN)
+    end
+    M.last_agent = result
+  end)
+end
+
 local LANGUAGE_FILETYPES = { c = "c", cpp = "cpp", ["c++"] = "cpp", cuda = "cuda", hip = "cpp" }
 
 -- Show the generated code ourselves: the file behind `uri` when it is one, else
@@ -362,6 +387,7 @@ local ACTIONS = {
   benchmark = { function() M.benchmark(0) end, "PerfDojo: benchmark" },
   generated_code = { function() M.generated_code(0) end, "PerfDojo: show generated code" },
   tune = { function() M.tune(0) end, "PerfDojo: tune (search for a faster program)" },
+  agent_continue = { function() M.agent_continue(0) end, "PerfDojo: let the agent continue" },
   format = { function() M.format(0) end, "PerfDojo: format" },
   symbols = { function() vim.lsp.buf.document_symbol() end, "PerfDojo: document symbols" },
   hover = { function() vim.lsp.buf.hover() end, "PerfDojo: hover (generated code)" },
@@ -501,6 +527,9 @@ local function define_commands()
       return { "heuristic", "sa", "random", "greedy", "naive" }
     end,
   })
+  vim.api.nvim_create_user_command("DojoAgentContinue", function(args)
+    M.agent_continue(0, tonumber(args.fargs[1]))
+  end, { nargs = "?", desc = "PerfDojo: let the learned agent play [steps] moves" })
   vim.api.nvim_create_user_command("DojoApplyMove", function(args)
     M.apply_moves(0, { args.args })
   end, { nargs = 1, desc = "PerfDojo: apply a move, e.g. join_scopes(op=m#1, depth=0)" })

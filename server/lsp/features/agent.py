@@ -1,0 +1,91 @@
+"""`dojo.agent.continue`: the learned agent plays N moves from the document's
+kernel, measuring each, and the best program it met is applied as one
+versioned edit that records its moves.
+
+The agent (agent.perfllm) is the one trained in the `dojo.agent.checkpoint`
+directory (`dojo agent train`); it plays in a worker thread, and progress
+reports each move with its time. Cancelling stops it before its next move
+and keeps the best program met until then. As for `dojo.tune`, the edit is
+for the version the game started from, so the editor refuses it if the
+document changed meanwhile; the answer then carries the moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pygls.exceptions import JsonRpcInvalidParams
+
+from dojo_ir import Program
+
+from ..measurements import open_runner
+from ..progress import cancellable, progress
+from ..server import DojoServer
+from ..settings import Settings
+from .code_actions import moves_edit
+from .commands import apply_edit, argument, document_of
+
+if TYPE_CHECKING:
+    from agent.perfllm.play import PlayResult, Step
+
+CONTINUE = "dojo.agent.continue"
+
+
+def register(server: DojoServer) -> None:
+    @server.command(CONTINUE)
+    @cancellable
+    async def continue_command(ls: DojoServer, *args: Any) -> dict[str, Any]:
+        snapshot, program = document_of(ls, args, CONTINUE)
+        options = argument(args, 1, dict, CONTINUE, "an object {steps}") or {}
+        steps = options.get("steps", ls.settings.agent_steps)
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+            raise JsonRpcInvalidParams(f"{CONTINUE}: steps is a positive integer")
+        if not ls.settings.agent_checkpoint:
+            return {"applied": False, "reason": "no checkpoint: set dojo.agent.checkpoint to a directory that "
+                                                "`dojo agent train` wrote"}
+        checkpoint = Path(ls.settings.agent_checkpoint).expanduser()
+        stop = threading.Event()
+        loop = asyncio.get_running_loop()
+        async with progress(ls, f"The agent plays {program.name} ({steps} moves)") as report:
+            def on_step(step: Step) -> None:
+                time_s = "failed" if step.time_s is None else f"{step.time_s * 1e3:.3g} ms"
+                loop.call_soon_threadsafe(report, f"{step.index + 1}/{steps}: {step.move or 'stop'} -> {time_s}",
+                                          int(100 * (step.index + 1) / steps))
+
+            game = asyncio.ensure_future(asyncio.to_thread(_play, ls.settings, program, checkpoint, steps, on_step,
+                                                           stop.is_set))
+            try:
+                result = await asyncio.shield(game)
+            except asyncio.CancelledError:
+                stop.set()  # the agent returns its best so far before its next move
+                result = await game
+        if isinstance(result, str):
+            return {"applied": False, "reason": result}
+        moves = list(result.moves)
+        answer = {"steps": [s.to_json() for s in result.steps], "start_s": result.start_s, "time_s": result.time_s,
+                  "speedup": result.speedup, "moves": moves, "stopped": stop.is_set()}
+        if not moves:
+            return answer | {"applied": False, "reason": "no faster program met"}
+        applied = await apply_edit(ls, f"agent ({len(moves)} moves)", moves_edit(ls, snapshot, moves))
+        return answer | {"applied": applied} | ({} if applied else {"reason": "the document changed meanwhile"})
+
+
+def _play(settings: Settings, program: Program, checkpoint: Path, steps: int, on_step: Callable[[Step], None],
+          should_stop: Callable[[], bool]) -> PlayResult | str:
+    """The agent's game (agent.perfllm.continue_) measured by the configured runner, or why it
+    could not start (a missing or foreign checkpoint, an unreachable runner)."""
+    from agent.evaluate import Evaluator  # torch and the embedding model load when first asked for
+    from agent.perfllm.play import continue_
+    from runner.client import RunnerError
+
+    try:
+        with open_runner(settings) as runner:
+            evaluator = Evaluator(program, runner=runner, target=settings.target)
+            return continue_(evaluator.start, checkpoint, steps, evaluator, target=settings.target,
+                             on_step=on_step, should_stop=should_stop)
+    except (FileNotFoundError, ValueError, RunnerError) as error:
+        return f"the agent cannot play: {error}"
