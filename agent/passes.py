@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from math import prod
 
 from codegen.cvector import pieces
 from codegen.targets import Target, get_target
@@ -36,7 +37,7 @@ from dojo_ir.derivation import without_comments
 from dojo_ir.moves import Analysis, Move, apply, find, why_not
 from dojo_ir.moves.base import Site
 from dojo_ir.moves.vectorize_scope import VECTOR_BYTES
-from dojo_ir.tree import DTYPE_BYTES, Op
+from dojo_ir.tree import DTYPE_BYTES, Access, Op, Scope
 
 SPARE_REGISTERS = 4  # vector registers left to the loaded vectors and broadcasts of a register tile
 REDUCTION_BLOCK = 256  # reduction steps per block: 256 x a tile's vectors of the streamed operand stay in cache
@@ -350,8 +351,72 @@ def _block(state: _State, label: str, target: Target) -> bool:
                 and not state.play(f"unroll_scope(op={label}, depth={depth})"):
             return False
     reduce_at = roles.index("Kt")
-    return state.play(f"accumulate(op={label}, depth={reduce_at})") or \
-        state.play(f"accumulate_partial(op={label}, depth={reduce_at})")
+    target_before, root = state.analysis.by_label[label].op.target, state.analysis.by_label[label].path[0]
+    chain = state.analysis.by_label[label].chain
+    if not (state.play(f"accumulate(op={label}, depth={reduce_at})")
+            or state.play(f"accumulate_partial(op={label}, depth={reduce_at})")):
+        return False
+    if "Ko" not in roles:  # blocks of K outside the rows: the target's first values must come first
+        before = (state.program, list(state.moves))
+        if not _fuse_init(state, root, target_before, roles, chain, target):
+            state.program, state.moves, state._analysis = before[0], before[1], None
+    return True
+
+
+def _fuse_init(state: _State, root: int, target: Access, roles: list[str], chain: tuple[Scope, ...],
+               facts: Target) -> bool:
+    """Move the operation that sets a blocked reduction's target (`c[...] = 0`, the loop nest just
+    before the reduction's, at `root`) into the reduction's nest, just before the tile's load: its
+    nest is split and ordered as the reduction's outer scopes and fused with them (`join_scopes`),
+    so that each tile is set while it is in cache instead of in a pass over the whole array. The
+    reduction's scopes are `roles` (`_block`'s names) of sizes `chain`; `target` is its target."""
+    if root == 0:
+        return False
+    init = state.analysis.first_site((root - 1,))
+    if init.op.assign != "=" or init.op.target.array != target.array or len(init.path) != len(init.chain) + 1 \
+            or any(len(scope.body) != 1 for scope in init.chain):
+        return False
+    # the roles of the reduction's scopes along each dimension of the target, outermost first
+    along = [[d for d in range(len(chain)) if _uses_at(target, p, d)] for p in range(len(target.index))]
+    init_roles: list[str] = []
+    for depth in range(len(init.chain)):
+        dims = [p for p in range(len(target.index)) if _uses_at(init.op.target, p, depth)]
+        if len(dims) != 1 or not along[dims[0]]:
+            return False
+        parts = along[dims[0]]
+        sizes = [chain[d].size for d in parts]
+        if prod(sizes) != state.analysis.by_label[init.label].chain[len(init_roles)].size:
+            return False
+        for k in range(len(parts) - 1):  # [N] -> [s1, s2 * s3] -> [s1, s2, s3]
+            depth_k = len(init_roles) + k
+            if not state.play(f"split_scope(op={init.label}, depth={depth_k}, factor={prod(sizes[k + 1:])})"):
+                return False
+        init_roles += [roles[d] for d in parts]
+    order = [r for r in roles if r in init_roles]
+    for position, role in enumerate(order):
+        at = init_roles.index(role)
+        for depth in range(at - 1, position - 1, -1):
+            if not state.play(f"swap_scopes(op={init.label}, depth={depth})"):
+                return False
+            init_roles[depth], init_roles[depth + 1] = init_roles[depth + 1], init_roles[depth]
+    outer = roles[:roles.index("Kt")]
+    if init_roles[:len(outer)] != outer:
+        return False
+    for depth in range(len(outer)):
+        if not state.play(f"join_scopes(op={init.label}, depth={depth})"):
+            return False
+    for role in init_roles[len(outer):-1]:
+        if not state.play(f"unroll_scope(op={init.label}, depth={init_roles.index(role)})"):
+            return False
+    return _vectorize_innermost(state, init.label, facts) is not None
+
+
+def _uses_at(access: Access, position: int, depth: int) -> bool:
+    """Whether index `position` of `access` uses the scope at `depth`."""
+    try:
+        return bool(affine(access.index[position]).coef(depth))
+    except NotAffine:
+        return True
 
 
 def _contiguous_scope(site: Site) -> int | None:

@@ -107,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     (args.out / "logs").mkdir(parents=True, exist_ok=True)
     records = [tune_kernel(k, args.runs, args.budget, args.out, args.scale, args.quick) for k in args.kernels]
-    (args.out / "summary.json").write_text(json.dumps(records, indent=1) + "\n")
+    summary = args.out / "summary.json"
+    kept = [r for r in (json.loads(summary.read_text()) if summary.exists() else []) if r["kernel"] not in args.kernels]
+    summary.write_text(json.dumps(kept + records, indent=1) + "\n")  # kernels tuned before stay
     searches = [{**r, "runs": {run: d for run, d in r["runs"].items() if run.partition(":")[0] in SEARCHES}}
                 for r in records]
     searches = [r for r in searches if r["runs"]]
