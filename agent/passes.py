@@ -40,6 +40,7 @@ from dojo_ir.moves.vectorize_scope import VECTOR_BYTES
 from dojo_ir.tree import DTYPE_BYTES, Access, Op, Scope
 
 SPARE_REGISTERS = 4  # vector registers left to the loaded vectors and broadcasts of a register tile
+BALANCED_ITERATIONS = 4  # iterations per core from which an uneven last share costs little
 REDUCTION_BLOCK = 256  # reduction steps per block: 256 x a tile's vectors of the streamed operand stay in cache
 _MAX_STEPS = 500  # a bound on any loop of moves; no library kernel comes near it
 
@@ -135,6 +136,7 @@ def heuristic(program: Program, target: Target | str = "native") -> list[str]:
     state = _State(program)
     _interchange(state)
     _register_block(state, chosen)  # before fusion: a blocked reduction has a loop nest of its own
+    _align_for_fusion(state, chosen)
     _exhaust(state, ("join_scopes",))
     _accumulate(state)  # before reuse_dims: an accumulator of a folded stack target adds nothing
     _fuse_and_reuse(state)
@@ -216,6 +218,26 @@ def _interchange(state: _State) -> None:
         for depth in range(best, inner):
             if not state.play(f"swap_scopes(op={label}, depth={depth})"):
                 break
+
+
+def _align_for_fusion(state: _State, target: Target) -> None:
+    """For each loop nest whose outermost scope differs in size from the one before it, bring a
+    scope of that size out from inside it (legal interchanges only), so that the two can fuse:
+    batchnorm's normalisation `n c h w` becomes `c n h w` and joins the per-channel statistics,
+    reading each channel while it is still in cache. Not when the fused scope, the one the
+    threads would share, has too few iterations to keep the target's cores evenly busy (3
+    channels on 2 cores)."""
+    for index in range(1, len(state.program.body)):
+        before, nest = state.program.body[index - 1], state.program.body[index]
+        if not isinstance(before, Scope) or not isinstance(nest, Scope) or before.size == nest.size \
+                or before.size < BALANCED_ITERATIONS * target.cores:
+            continue
+        site = state.analysis.first_site((index,))
+        perfect = next((d for d, scope in enumerate(site.chain) if len(scope.body) != 1), len(site.chain) - 1)
+        match = next((d for d in range(1, perfect + 1) if site.chain[d].size == before.size
+                      and not site.chain[d].kind), None)
+        if match is not None:
+            state.play_all([f"swap_scopes(op={site.label}, depth={d})" for d in range(match - 1, -1, -1)])
 
 
 def _accumulate(state: _State) -> None:

@@ -174,8 +174,36 @@ def vector_statement(scope: Scope, lane: int, program: Program, env: Env, stream
     dtype_bytes = max(DTYPE_BYTES[program.buffer_of[a.array].dtype] for a in (op.target, *op.reads))
     if scope.size in _LANES and scope.size * dtype_bytes <= PIECE_BYTES:
         return _piece(op, lane, 0, scope.size, program, env, stream)
-    return [line for first, lanes in pieces(scope.size, dtype_bytes)
-            for line in _piece(op, lane, first, lanes, program, env)]
+    parts = pieces(scope.size, dtype_bytes)
+    if _lane_use(op.target, lane) == "invariant":
+        return _horizontal_pieces(op, lane, parts, program, env)
+    return [line for first, lanes in parts for line in _piece(op, lane, first, lanes, program, env)]
+
+
+def _horizontal_pieces(op: Op, lane: int, parts: list[tuple[int, int]], program: Program, env: Env) -> list[str]:
+    """A horizontal reduction in pieces: the pieces of each width combined lane by lane first, so
+    that only one tree of each width reduces into the scalar (a reassociation, as every
+    horizontal reduction is)."""
+    lines: list[str] = []
+    by_width: dict[int, list[int]] = {}
+    for first, lanes in parts:
+        by_width.setdefault(lanes, []).append(first)
+    for lanes, firsts in by_width.items():
+        if lanes == 1:
+            lines += [line for first in firsts for line in _piece(op, lane, first, 1, program, env)]
+            continue
+        printers = [VectorPrinter(program, {**env, lane: first}, lane, lanes) for first in firsts]
+        dtype = printers[0].dtype_of(op.target)
+        total = printers[0].value(op.value, dtype)
+        for printer in printers[1:]:
+            total = _vector_combine(op.assign, total, printer.value(op.value, dtype), dtype, lanes)
+        element = printers[0].element(op.target)
+        reduced = f"dojo_{HORIZONTAL_OF[op.assign]}_{dtype}x{lanes}({total})"
+        if op.assign in REDUCTION_OPERATORS:
+            lines.append(f"{element} {REDUCTION_OPERATORS[op.assign]}= {reduced};")
+        else:
+            lines.append(f"{element} = {combine(op.assign, element, reduced, dtype)};")
+    return lines
 
 
 def _piece(op: Op, lane: int, first: int, lanes: int, program: Program, env: Env, stream: bool = False

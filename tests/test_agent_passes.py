@@ -122,3 +122,37 @@ def test_heuristic_blocks_each_reduction_of_swiglu_on_its_own() -> None:
     blocked = {m.split("(")[0] + ":" + m.split("op=")[1].split(",")[0] for m in moves if m.startswith("accumulate")}
     assert blocked == {"accumulate:a#2", "accumulate:c#2"}
     _check(spec, moves)
+
+
+def test_heuristic_sets_a_blocked_targets_tiles_inside_the_reductions_nest() -> None:
+    """bmm has no blocks of k outside its rows, so `c = 0` moves into the blocked nest, set one
+    tile at a time just before the tile is loaded, instead of in a pass over all of c."""
+    spec = load(KERNELS["bmm"].text(b=2, m=8, k=16, n=64))
+    moves = heuristic(spec, replace(CPU, vector_bytes=64, vector_registers=32))
+    text = to_text(advance(spec, moves)).split("\n\n")[-1]
+    init, load_ = text.splitlines()[:2]
+    assert init.startswith("2:p 2 4:u 4:u 16:v c[") and init.endswith("= 0")  # batch, row blocks, tile
+    assert load_.strip("| ").startswith("4:u 4:u 16:v c_acc[")
+    assert any(m.startswith("join_scopes(op=c#1") for m in moves)
+    _check(spec, moves)
+
+
+def test_heuristic_vectorizes_a_convolution_row_the_lanes_do_not_divide() -> None:
+    spec = load(KERNELS["conv2"].text(n=1, co=8, ci=4, h=8, w=10, k=3))  # rows of 8 outputs
+    moves = heuristic(spec, replace(CPU, vector_bytes=64, vector_registers=32))
+    text = to_text(advance(spec, moves))
+    assert "8:v y_acc[" in text and "accumulate(op=y#2" in " ".join(moves)
+    _check(spec, moves)
+
+
+def test_heuristic_normalises_each_channel_right_after_its_statistics() -> None:
+    """batchnorm's `n c h w` normalisation is interchanged to `c n h w` and fused with the
+    per-channel mean and variance, so a channel is read again while it is in cache; with fewer
+    channels than four per core it stays apart (3 channels on 4 cores would leave cores idle)."""
+    wide = load(KERNELS["batchnorm2"].text(n=2, c=16, h=4, w=8))
+    text = to_text(advance(wide, moves := heuristic(wide, CPU)))
+    assert len([line for line in text.split("\n\n")[-1].splitlines() if not line.startswith("|")]) == 1
+    _check(wide, moves)
+    narrow = load(KERNELS["batchnorm2"].text(n=2, c=3, h=4, w=8))
+    text = to_text(advance(narrow, heuristic(narrow, CPU)))
+    assert len([line for line in text.split("\n\n")[-1].splitlines() if not line.startswith("|")]) == 2

@@ -17,8 +17,29 @@ typedef int32_t vi32x16 __attribute__((vector_size(64)));
 
 static inline float dojo_max_f32(float a, float b) { return a != a ? a : (a > b ? a : b); }
 
+#if defined(__AVX512F__) && 16 == 16
+#include <immintrin.h>
+#endif
 static inline vf32x16 dojo_exp_f32x16(vf32x16 x)
 {
+#if defined(__AVX512F__) && 16 == 16
+    /* the same steps in AVX-512's own instructions: vscalefps multiplies by 2^n, rounding once */
+    __m512 v = (__m512)x;
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    n = _mm512_min_ps(_mm512_max_ps(n, _mm512_set1_ps(-150.0f)), _mm512_set1_ps(128.0f)); /* NaN -> -150 */
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), v);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 p = _mm512_fmadd_ps(r, _mm512_set1_ps(1.9875691500e-4f), _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    __m512 y = _mm512_scalef_ps(p, n);
+    __mmask16 tiny = _mm512_cmp_ps_mask(v, _mm512_set1_ps(-104.0f), _CMP_LT_OQ);
+    return (vf32x16)_mm512_mask_mov_ps(y, tiny, _mm512_setzero_ps());
+#else
     vf32x16 n = x * 1.44269504088896341f + 12582912.0f;
     n = n - 12582912.0f; /* round(x / ln 2) */
     /* 2^n between 2^-150 (0) and 2^128 (inf); a NaN n becomes -150 and its r stays NaN */
@@ -40,6 +61,7 @@ static inline vf32x16 dojo_exp_f32x16(vf32x16 x)
     for (int k = 0; k < 16; ++k)
         y[k] = x[k] < -104.0f ? 0.0f : y[k]; /* below half the least subnormal, -inf included */
     return y;
+#endif
 }
 static inline float dojo_hadd_f32x2(vf32x2 a) { return a[0] + a[1]; }
 static inline float dojo_hadd_f32x4(vf32x4 a) { vf32x2 l = __builtin_shufflevector(a, a, 0, 1), h = __builtin_shufflevector(a, a, 2, 3); return dojo_hadd_f32x2(l + h); }
