@@ -287,10 +287,10 @@ def report(rows: list[dict[str, Any]], peers: list[str], machine: Any, meta: dic
     out.append("| " + " | ".join(line) + " |")
     out.append("")
 
-    out.append("The bound is DRAM traffic and peak FMA rate (`runner.roofline`); arrays that fit the 260 MiB "
-               "last-level cache (inputs reused by the peers, refilled just before each run by PerfDojo's "
-               "harness) can beat it (time / bound below 1x), and so can a peer that does fewer flops than "
-               "the spec (oneDNN's Winograd convolution).")
+    out.append("The bound is DRAM traffic and peak FMA rate (`runner.roofline`); inputs written just before each "
+               "run (by PerfDojo's harness or a peer's refresh) are partly still in the 260 MiB last-level cache, "
+               "so a small kernel can beat it (time / bound below 1x), and so can a peer that does fewer flops "
+               "than the spec (oneDNN's Winograd convolution).")
     out.append("")
     out.append("## Minimum times")
     out.append("")
