@@ -445,8 +445,11 @@ def cmd_agent_continue(args: argparse.Namespace) -> int:
                                on_step=step)
     except (ValueError, FileNotFoundError, RunnerError) as error:
         raise CommandError(f"dojo agent continue: error: {error}") from None
-    best = record(without_comments(result.program), prefix + result.moves,
-                  os.path.relpath(spec_file, (out or Path(args.file)).resolve().parent))
+    if not result.moves:  # the file itself was the best program met: nothing to rewrite
+        best, out = program, (None if args.write else out)
+    else:
+        best = record(without_comments(result.program), prefix + result.moves,
+                      os.path.relpath(spec_file, (out or Path(args.file)).resolve().parent))
     if out is not None:
         write_atomically(out, to_text(best).encode())
     if args.json:
@@ -455,10 +458,10 @@ def cmd_agent_continue(args: argparse.Namespace) -> int:
         start = "-" if result.start_s is None else _seconds(result.start_s)
         time_s = "-" if result.time_s is None else _seconds(result.time_s)
         speedup = "" if result.speedup is None else f", {result.speedup:.2f}x"
-        where = f"; wrote {out}" if out is not None else ""
+        where = f"; wrote {out}" if out is not None else f"; {args.file} unchanged" if args.write else ""
         print(f"{program.name}: agent: {len(result.steps)} steps ({result.ended}), best {len(result.moves)} moves, "
               f"{start} -> {time_s}{speedup}{where}")
-        if out is None:
+        if out is None and not args.write:
             print(to_text(best), end="")
     return 0
 

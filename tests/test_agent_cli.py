@@ -100,9 +100,10 @@ def test_the_agent_trains_continues_a_file_and_tunes_from_the_command_line(softm
     assert played.returncode == 0, played.stderr
     summary = json.loads(played.stdout)
     assert 1 <= len(summary["steps"]) <= 2 and summary["start_s"] > 0
-    assert "0: " in played.stderr  # each step as it is played
+    assert "1: " in played.stderr  # each step as it is played
     text = softmax.read_text()
-    assert ("spec " in text) == bool(summary["moves"])
+    assert ("spec " in text) == bool(summary["moves"])  # the spec stays as it was when nothing beat it
+    assert summary["out"] == (str(softmax) if summary["moves"] else None)
     if summary["moves"]:
         assert dojo("replay", str(softmax)).returncode == 0
 

@@ -53,8 +53,8 @@ def register(server: DojoServer) -> None:
         async with progress(ls, f"The agent plays {program.name} ({steps} moves)") as report:
             def on_step(step: Step) -> None:
                 time_s = "failed" if step.time_s is None else f"{step.time_s * 1e3:.3g} ms"
-                loop.call_soon_threadsafe(report, f"{step.index + 1}/{steps}: {step.move or 'stop'} -> {time_s}",
-                                          int(100 * (step.index + 1) / steps))
+                loop.call_soon_threadsafe(report, f"{step.index}/{steps}: {step.move or 'stop'} -> {time_s}",
+                                          int(100 * step.index / steps))
 
             game = asyncio.ensure_future(asyncio.to_thread(_play, ls.settings, program, checkpoint, steps, on_step,
                                                            stop.is_set))
