@@ -24,11 +24,13 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 @contextmanager
-def exclusive(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (created if need be) for the duration."""
+def exclusive(path: Path, shared: bool = False) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created if need be) for the duration;
+    with `shared`, a lock that other shared holders may hold at once, but no
+    exclusive one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         try:
             yield
         finally:

@@ -14,12 +14,12 @@ from the cache; the median, min and max are over the timed repetitions.
 Verification. Every measured program is checked against its spec (`spec`, or the program itself):
 both see the same inputs (`dojo_ir.random_inputs(spec, SEED)`, drawn and written to a file once per
 spec and kept for the next run of that spec, within INPUT_CACHE_BYTES) and the outputs must agree
-within the dtype's tolerance (`runner.verify`). The reference outputs come from the reference interpreter
-when the spec is small (at most INTERPRET_LIMIT iterations of its operations), else from the spec
-compiled for the same target with its scheduling stripped and run once without timing, twice: with
-its temporaries in their own precision and in f64, and a program passes between the two (long f32
-reductions summed in order drift, and vectorized partial sums land nearer the exact result). They are
-remembered per spec, so a search that measures many programs of one spec computes them once.
+within the dtype's tolerance (`runner.verify`). The reference outputs are the spec's, computed twice:
+with its temporaries in their own precision and in f64, and a program passes between the two (long f32
+reductions summed in order drift, and vectorized partial sums land nearer the exact result). The
+reference interpreter computes them when the spec is small (at most INTERPRET_LIMIT iterations of its
+operations), else the spec compiled for the same target with its scheduling stripped, run once
+without timing. They are remembered per spec, so a search that measures many programs of one spec computes them once.
 
 Isolation. The binary runs in a child process in its own session, so that a time limit kills
 it and everything it started. `ulimit -v` bounds its address space (emulated targets get
@@ -28,11 +28,16 @@ address space than they use) and core dumps are off. A signal, a non-zero exit, 
 or outputs of the wrong size or number of times come back as a RunResult with `error` set: `run`
 raises only for invalid arguments (an unknown target, a negative count).
 
-Noise. Benchmarks never overlap on this machine: the timed run holds an exclusive `flock` on
-`bench.lock` in the cache directory (compiles and reference runs do not take it, so they may
-overlap a benchmark; runners that share a machine should share the cache directory). OpenMP gets
-exactly the target's cores with threads bound one per core (OMP_NUM_THREADS, OMP_PROC_BIND=true,
-OMP_PLACES=cores) so that threads do not migrate between repetitions. Warm-up and the median
+Noise. Benchmarks never overlap on the same cores: a timed run holds an exclusive `flock` on
+`bench.cpuN.lock` in the cache directory for each CPU N of its affinity set
+(`os.sched_getaffinity`), taken in ascending order, and a shared one on `bench.lock`, which
+whatever needs the whole machine (the roofline, the peers of bench/) takes exclusively. So a
+process pinned to CPU 0 and one pinned to CPU 1 (two workers of `dojo library build --ray`, see
+libgen/cluster.py) time in parallel, while a run on both CPUs waits for both. Compiles and
+reference runs take no lock, so they may overlap a benchmark; runners that share a machine should
+share the cache directory. OpenMP gets the target's cores among the CPUs of the affinity set, at
+most one thread per CPU, each thread bound to its own CPU (OMP_NUM_THREADS, OMP_PROC_BIND=true,
+OMP_PLACES listing those CPUs) so that threads do not migrate between repetitions. Warm-up and the median
 take care of cold caches and outliers; slow spells of the host longer than a few repetitions need
 more repetitions, which `runner.measure` adds (`dojo run` times at least 1 s). Then repeated
 `dojo run`s agree within a few percent (bench/results/runner_noise.md) when nothing else runs; a
@@ -51,7 +56,8 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from math import prod
 from pathlib import Path
@@ -79,6 +85,25 @@ EMULATOR_HEADROOM = 1 << 30  # qemu-user maps its translation cache and itself n
 REFERENCE_CACHE_BYTES = 1 << 30
 INPUT_CACHE_BYTES = 1 << 30
 _STDERR_TAIL = 600
+
+
+@contextmanager
+def timing_lock(cache_dir: Path, cpus: Iterable[int]) -> Iterator[None]:
+    """What a timed run on `cpus` holds (the module's docstring): `bench.lock` shared, then each
+    CPU's lock, in ascending order so that two runs wanting overlapping CPUs cannot deadlock."""
+    with ExitStack() as held:
+        held.enter_context(exclusive(cache_dir / "bench.lock", shared=True))
+        for cpu in sorted(set(cpus)):
+            held.enter_context(exclusive(cache_dir / f"bench.cpu{cpu}.lock"))
+        yield
+
+
+def openmp_environment(target: Target, cpus: Iterable[int]) -> dict[str, str]:
+    """OpenMP's settings for a run of `target` on `cpus`: the target's cores, at most one thread
+    per CPU, each bound to its CPU."""
+    places = sorted(set(cpus))[:max(1, target.cores)]
+    return {"OMP_NUM_THREADS": str(len(places)), "OMP_PROC_BIND": "true",
+            "OMP_PLACES": ",".join(f"{{{cpu}}}" for cpu in places)}
 
 
 def iterations(program: Program) -> int:
@@ -247,7 +272,7 @@ class LocalRunner:
         with tempfile.TemporaryDirectory(prefix="dojo-run-") as work:
             given = Path(work) / "inputs.bin"
             os.link(inputs.file, given)  # this run's own name for it, which evicting the file leaves
-            with exclusive(self.cache_dir / "bench.lock"):
+            with timing_lock(self.cache_dir, os.sched_getaffinity(0)):
                 outcome = self._execute(binary.path, chosen, program, given, Path(work) / "outputs.bin",
                                         repeats, warmup)
             if outcome.error is not None:
@@ -269,8 +294,8 @@ class LocalRunner:
 
     def _reference(self, spec: Program, program: Program, target: Target, inputs: dict[str, np.ndarray],
                    given: Path, work: Path) -> tuple[list[dict[str, np.ndarray]] | None, str | None]:
-        """The spec's outputs on `inputs` (the interpreter's, or the compiled spec's with its
-        temporaries in their own precision and in f64: a program is right between them), or None
+        """The spec's outputs on `inputs`, with its temporaries in their own precision and in f64
+        (a program is right between them), from the interpreter or from the compiled spec; or None
         and why they could not be computed."""
         small = iterations(spec) <= INTERPRET_LIMIT
         key = (to_text(spec), "interpreter" if small else target.name)
@@ -278,7 +303,7 @@ class LocalRunner:
         if cached is not None:
             return cached, None
         if small:
-            references = [interpret(spec, inputs)]
+            references = [interpret(unscheduled(spec, wide), inputs) for wide in (False, True)]
         else:
             references = []
             for wide in (False, True):
@@ -303,8 +328,7 @@ class LocalRunner:
         if target.language == "c":
             address_space = self.memory_limit_bytes + (EMULATOR_HEADROOM if target.launcher else 0)
             limits += f" && ulimit -v {address_space // 1024}"
-        environment = os.environ | {"OMP_NUM_THREADS": str(target.cores), "OMP_PROC_BIND": "true",
-                                    "OMP_PLACES": "cores"}
+        environment = os.environ | openmp_environment(target, os.sched_getaffinity(0))
         # the shell sets the limits and then becomes the harness, so no Python runs between fork and exec
         process = subprocess.Popen(["/bin/sh", "-c", f'{limits} && exec "$@"', "sh", *command],
                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
