@@ -8,8 +8,9 @@ Evaluation 0 is the starting program (the spec, or the spec after `prefix`); the
 the evaluations after it. A pass (`naive`, `greedy`, `heuristic`) spends one evaluation. A search
 (`random`, `sa`) spends up to `budget`, stopping earlier at `time_limit_s`, when `should_stop()`
 says so (polled between evaluations), or when it keeps meeting programs it knows. `agent` lets
-the learned agent trained in `checkpoint` (agent/perfllm) play up to `budget` moves, each one
-evaluation, keeping the best program it meets. Then, as
+the learned agent trained in `checkpoint` (agent/perfllm; by default the one shipped with the
+project) search (`agent.perfllm.play.search`: games of its moves, each move one evaluation, while
+it goes on learning from the times) until the budget is spent. Then, as
 single timings of a few repetitions are noisy, the best few distinct programs and the start are
 measured again with `runner.measure.measure` and the fastest of those wins; a pass's result is
 measured again with the start. A search stopped by `should_stop` skips that step and returns
@@ -100,7 +101,9 @@ def tune(spec: Program, method: str, budget: int, *, spec_path: str, graph: str 
     if method not in PASSES and method not in METHODS and method != AGENT:
         raise ValueError(f"unknown method `{method}`; expected one of {', '.join([*PASSES, *METHODS, AGENT])}")
     if method == AGENT and checkpoint is None:
-        raise ValueError("the agent needs a checkpoint: a directory `dojo agent train` wrote")
+        from .perfllm.checkpoint import SHIPPED
+
+        checkpoint = SHIPPED
     if budget < 0:
         raise ValueError(f"the budget must be at least 0, not {budget}")
     facts = get_target(target)
@@ -158,10 +161,10 @@ def tune(spec: Program, method: str, budget: int, *, spec_path: str, graph: str 
         candidates = [tuple(applied)]
     else:
         if method == AGENT:
-            from .perfllm.play import continue_  # torch and the embedding model load only here
+            from .perfllm.play import search  # torch and the embedding model load only here
 
             assert checkpoint is not None
-            continue_(evaluator.start, checkpoint, budget, evaluator, target=target, seed=seed, should_stop=stop)
+            search(evaluator.start, checkpoint, evaluator, target=target, seed=seed, should_stop=stop)
         else:
             METHODS[method](evaluator, make_graph(graph, evaluator, facts), seed)
         candidates = [moves for _, moves in evaluator.ranked()[:finalists]]

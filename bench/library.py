@@ -45,32 +45,12 @@ from runner.roofline import bound_s, machine_limits, work  # noqa: E402
 RESULTS = ROOT / "bench" / "results"
 SEED = 0
 
-# Small shapes for --quick: every kernel in well under a second per peer.
-QUICK: dict[str, dict[str, int]] = {
-    "add": {"m": 384, "n": 512},
-    "batchnorm1": {"n": 2, "c": 3, "h": 256, "w": 256},
-    "batchnorm2": {"n": 2, "c": 16, "h": 75, "w": 75},
-    "bmm": {"b": 8, "m": 64, "k": 32, "n": 64},
-    "conv1": {"n": 1, "co": 10, "ci": 3, "h": 64, "w": 64, "k": 5},
-    "conv2": {"n": 1, "co": 16, "ci": 16, "h": 28, "w": 28, "k": 3},
-    "layernorm1": {"m": 512, "n": 256},
-    "layernorm2": {"m": 256, "n": 512},
-    "matmul": {"m": 96, "k": 128, "n": 128},
-    "mul": {"m": 6, "n": 14336},
-    "reducemean": {"m": 256, "n": 512},
-    "relu": {"m": 256, "n": 512},
-    "relu_ffn": {"n": 1, "c": 16, "h": 28, "w": 28},
-    "rmsnorm": {"m": 192, "n": 512},
-    "softmax": {"m": 768, "n": 128},
-    "swiglu": {"b": 1, "t": 32, "d": 256, "h": 64},
-}
-
 
 def shape_of(kernel: str, scale: int = 1, quick: bool = False) -> tuple[dict[str, int], str]:
     """The shape to run and how it differs from the paper's: the paper's, or its outermost dimension larger
-    than 1 divided by `scale` (swiglu's batch is 1, so its tokens), or the --quick shape."""
+    than 1 divided by `scale` (swiglu's batch is 1, so its tokens), or the library's quick shape (--quick)."""
     if quick:
-        return dict(QUICK[kernel]), "quick"
+        return dict(KERNELS[kernel].quick_params), "quick"
     params = dict(KERNELS[kernel].params)
     if scale == 1:
         return params, ""

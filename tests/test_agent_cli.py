@@ -90,10 +90,12 @@ def test_the_agent_trains_continues_a_file_and_tunes_from_the_command_line(softm
     """`dojo agent train` writes a checkpoint, `dojo agent continue --write` rewrites the file with
     the best program it met (which replays), and `dojo tune --method agent` uses the same policy."""
     run = tmp_path / "run"
-    trained = dojo("agent", "train", "--kernels", "softmax", "--episodes", "1", "--max-steps", "2", "--out", str(run))
+    trained = dojo("agent", "train", "--kernels", "softmax", "--shapes", "small", "--episodes", "1", "--max-steps", "2",
+                   "--out", str(run))
     assert trained.returncode == 0, trained.stderr
     assert "episode 1/1 softmax" in trained.stderr and (run / "policy.pt").exists()
-    again = dojo("agent", "train", "--kernels", "softmax", "--episodes", "1", "--max-steps", "2", "--out", str(run))
+    again = dojo("agent", "train", "--kernels", "softmax", "--shapes", "small", "--episodes", "1", "--max-steps", "2",
+                 "--out", str(run))
     assert again.returncode == 1 and "resume" in again.stderr
 
     played = dojo("agent", "continue", str(softmax), "--checkpoint", str(run), "--steps", "2", "--write", "--json")
@@ -112,5 +114,27 @@ def test_the_agent_trains_continues_a_file_and_tunes_from_the_command_line(softm
                  "--min-time", "0", "--out", str(out), "--json")
     assert tuned.returncode == 0, tuned.stderr
     assert json.loads(tuned.stdout)["evaluations"] <= 2 and dojo("replay", str(out)).returncode == 0
-    missing = dojo("tune", str(softmax), "--method", "agent", "--budget", "2", "--out", str(out))
-    assert missing.returncode == 1 and "checkpoint" in missing.stderr
+    shipped = dojo("tune", str(softmax), "--method", "agent", "--budget", "1", "--min-time", "0", "--out", str(out))
+    assert shipped.returncode == 0, shipped.stderr  # the agent that comes with PerfDojo
+
+
+def test_the_agent_trains_and_plays_with_the_heuristic_pass_removed_from_the_installation(softmax: Path,
+                                                                                         tmp_path: Path) -> None:
+    """PerfLLM knows no hardware: with agent.passes (the expert heuristic) impossible to import, as
+    if its file were deleted, `dojo agent train` and `dojo agent continue` still work."""
+
+    def without_passes(*args: str) -> subprocess.CompletedProcess:
+        code = ("import sys; sys.modules['agent.passes'] = None; from server.cli import main; "
+                "sys.exit(main(sys.argv[1:]))")
+        return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+
+    run = tmp_path / "run"
+    trained = without_passes("agent", "train", "--kernels", "relu", "softmax", "--shapes", "small", "--episodes", "2",
+                             "--max-steps", "3", "--out", str(run))
+    assert trained.returncode == 0, trained.stderr
+    played = without_passes("agent", "continue", str(softmax), "--checkpoint", str(run), "--steps", "3", "--json")
+    assert played.returncode == 0, played.stderr
+    assert json.loads(played.stdout)["steps"]
+    heuristic = without_passes("tune", str(softmax), "--method", "heuristic", "--out", str(tmp_path / "o.dojo"))
+    assert "agent.passes" in heuristic.stderr  # the pass is really out of reach

@@ -22,6 +22,9 @@ from .learner import Learner, LearnerConfig
 FORMAT = 1
 CHECKPOINT = "checkpoint.pt"
 POLICY = "policy.pt"
+# The agent that comes with the project (trained on the library's small kernels, less some held
+# out: see its README), used wherever no checkpoint is named.
+SHIPPED = Path(__file__).resolve().parent / "trained"
 _COMPARED = ("dim", "max_tokens", "fingerprint")
 
 
@@ -84,5 +87,5 @@ def load_policy(path: Path, embedder: Embedding | None = None) -> tuple[Learner,
     check_embedding(saved, embedder, file)
     learner = Learner(int(saved["dim"]), LearnerConfig.from_json(saved["config"]))
     learner.online.load_state_dict(saved["online"])
-    learner.online.eval()
+    learner.target.load_state_dict(saved["online"])  # a search that goes on learning starts from it
     return learner, embedder

@@ -99,12 +99,7 @@ class _Run:
         self.losses: list[float] = []  # the episode's
 
     def learn(self, transition: Transition, vectors: dict[str, torch.Tensor]) -> None:
-        """Store the transition; then, once the buffer holds a minibatch, take the gradient steps."""
-        self.buffer.push(transition, vectors)
-        config = self.learner.config
-        if len(self.buffer) >= config.batch_size:
-            for _ in range(config.updates_per_step):
-                self.losses.append(self.learner.learn(self.buffer.sample(config.batch_size), self.buffer))
+        self.losses += self.learner.record(self.buffer, transition, vectors)
 
     def state(self, embedder: Embedding, specs: dict[str, str]) -> dict[str, Any]:
         return {"format": FORMAT, "embedding": embedder.identity, "kernels": specs, "episode": self.episode,

@@ -293,12 +293,17 @@ class Kernel:
     `small_params` is a tiny shape for tests: every size small and, where the
     operator allows, different from the others so that a transposed index
     goes out of bounds or gives a wrong answer instead of passing by luck.
+    `quick_params` is a shape whose spec runs in tens to hundreds of
+    microseconds, big enough that vectors and threads pay as they do at the
+    paper's shape: what the agent trains on and smoke benchmarks run, where
+    an evaluation costs a fraction of a second.
     """
 
     name: str
     description: str
     params: dict[str, int]
     small_params: dict[str, int]
+    quick_params: dict[str, int]
     generate: Callable[..., str]
 
     def text(self, **overrides: int) -> str:
@@ -308,40 +313,66 @@ class Kernel:
     def small(self) -> str:
         return self.generate(**self.small_params)
 
+    def quick(self) -> str:
+        return self.generate(**self.quick_params)
 
-def _kernel(name: str, generate: _Generator, params: dict[str, int], small: dict[str, int]) -> Kernel:
-    return Kernel(name, generate.description, params, small, generate)
+
+def _kernel(name: str, generate: _Generator, params: dict[str, int], small: dict[str, int],
+            quick: dict[str, int]) -> Kernel:
+    return Kernel(name, generate.description, params, small, quick, generate)
 
 
 KERNELS: dict[str, Kernel] = {
     k.name: k
     for k in (
-        _kernel("add", add, {"m": 3072, "n": 4096}, {"m": 3, "n": 5}),
-        _kernel("batchnorm1", batchnorm, {"n": 8, "c": 3, "h": 2048, "w": 2048}, {"n": 2, "c": 3, "h": 4, "w": 5}),
-        _kernel("batchnorm2", batchnorm, {"n": 8, "c": 64, "h": 300, "w": 300}, {"n": 3, "c": 4, "h": 5, "w": 6}),
-        _kernel("bmm", bmm, {"b": 192, "m": 256, "k": 128, "n": 256}, {"b": 2, "m": 3, "k": 4, "n": 5}),
-        _kernel(
-            "conv1",
-            conv,
-            {"n": 8, "co": 10, "ci": 3, "h": 512, "w": 512, "k": 5},
-            {"n": 2, "co": 4, "ci": 3, "h": 10, "w": 11, "k": 5},
-        ),
-        _kernel(
-            "conv2",
-            conv,
-            {"n": 8, "co": 64, "ci": 64, "h": 56, "w": 56, "k": 3},
-            {"n": 2, "co": 4, "ci": 5, "h": 8, "w": 9, "k": 3},
-        ),
-        _kernel("layernorm1", layernorm, {"m": 16384, "n": 1024}, {"m": 3, "n": 5}),
-        _kernel("layernorm2", layernorm, {"m": 4096, "n": 4096}, {"m": 4, "n": 6}),
-        _kernel("matmul", matmul, {"m": 768, "k": 1024, "n": 1024}, {"m": 3, "k": 4, "n": 5}),
-        _kernel("mul", mul, {"m": 6, "n": 14336}, {"m": 2, "n": 7}),
-        _kernel("reducemean", reducemean, {"m": 4096, "n": 4096}, {"m": 3, "n": 5}),
-        _kernel("relu", relu, {"m": 4096, "n": 4096}, {"m": 4, "n": 6}),
-        _kernel("relu_ffn", relu_ffn, {"n": 8, "c": 64, "h": 112, "w": 112}, {"n": 2, "c": 3, "h": 4, "w": 5}),
-        _kernel("rmsnorm", rmsnorm, {"m": 3072, "n": 4096}, {"m": 3, "n": 5}),
-        _kernel("softmax", softmax, {"m": 24576, "n": 512}, {"m": 3, "n": 5}),
-        _kernel("swiglu", swiglu, {"b": 1, "t": 256, "d": 4096, "h": 448}, {"b": 2, "t": 3, "d": 4, "h": 5}),
+        _kernel("add", add, {"m": 3072, "n": 4096},
+                {"m": 3, "n": 5},
+                {"m": 384, "n": 512}),
+        _kernel("batchnorm1", batchnorm, {"n": 8, "c": 3, "h": 2048, "w": 2048},
+                {"n": 2, "c": 3, "h": 4, "w": 5},
+                {"n": 2, "c": 3, "h": 256, "w": 256}),
+        _kernel("batchnorm2", batchnorm, {"n": 8, "c": 64, "h": 300, "w": 300},
+                {"n": 3, "c": 4, "h": 5, "w": 6},
+                {"n": 2, "c": 16, "h": 75, "w": 75}),
+        _kernel("bmm", bmm, {"b": 192, "m": 256, "k": 128, "n": 256},
+                {"b": 2, "m": 3, "k": 4, "n": 5},
+                {"b": 8, "m": 64, "k": 32, "n": 64}),
+        _kernel("conv1", conv, {"n": 8, "co": 10, "ci": 3, "h": 512, "w": 512, "k": 5},
+                {"n": 2, "co": 4, "ci": 3, "h": 10, "w": 11, "k": 5},
+                {"n": 1, "co": 10, "ci": 3, "h": 64, "w": 64, "k": 5}),
+        _kernel("conv2", conv, {"n": 8, "co": 64, "ci": 64, "h": 56, "w": 56, "k": 3},
+                {"n": 2, "co": 4, "ci": 5, "h": 8, "w": 9, "k": 3},
+                {"n": 1, "co": 16, "ci": 16, "h": 28, "w": 28, "k": 3}),
+        _kernel("layernorm1", layernorm, {"m": 16384, "n": 1024},
+                {"m": 3, "n": 5},
+                {"m": 512, "n": 256}),
+        _kernel("layernorm2", layernorm, {"m": 4096, "n": 4096},
+                {"m": 4, "n": 6},
+                {"m": 256, "n": 512}),
+        _kernel("matmul", matmul, {"m": 768, "k": 1024, "n": 1024},
+                {"m": 3, "k": 4, "n": 5},
+                {"m": 96, "k": 128, "n": 128}),
+        _kernel("mul", mul, {"m": 6, "n": 14336},
+                {"m": 2, "n": 7},
+                {"m": 6, "n": 14336}),
+        _kernel("reducemean", reducemean, {"m": 4096, "n": 4096},
+                {"m": 3, "n": 5},
+                {"m": 256, "n": 512}),
+        _kernel("relu", relu, {"m": 4096, "n": 4096},
+                {"m": 4, "n": 6},
+                {"m": 256, "n": 512}),
+        _kernel("relu_ffn", relu_ffn, {"n": 8, "c": 64, "h": 112, "w": 112},
+                {"n": 2, "c": 3, "h": 4, "w": 5},
+                {"n": 1, "c": 16, "h": 28, "w": 28}),
+        _kernel("rmsnorm", rmsnorm, {"m": 3072, "n": 4096},
+                {"m": 3, "n": 5},
+                {"m": 192, "n": 512}),
+        _kernel("softmax", softmax, {"m": 24576, "n": 512},
+                {"m": 3, "n": 5},
+                {"m": 768, "n": 128}),
+        _kernel("swiglu", swiglu, {"b": 1, "t": 256, "d": 4096, "h": 448},
+                {"b": 2, "t": 3, "d": 4, "h": 5},
+                {"b": 1, "t": 32, "d": 256, "h": 64}),
     )
 }
 
