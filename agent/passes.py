@@ -355,6 +355,9 @@ def _block(state: _State, label: str, target: Target) -> bool:
         if size == state.analysis.by_label[label].chain[depth].size:
             roles[depth] = role + "t"
             continue
+        if size == 1:  # a tile one row deep (a wide vector fills the registers): the scope stays whole
+            roles[depth] = role + "o"
+            continue
         if not state.play(f"split_scope(op={label}, depth={depth}, factor={size})"):
             return False
         roles[depth: depth + 1] = [role + "o", role + "t"]

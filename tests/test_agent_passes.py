@@ -145,6 +145,18 @@ def test_heuristic_vectorizes_a_convolution_row_the_lanes_do_not_divide() -> Non
     _check(spec, moves)
 
 
+def test_heuristic_keeps_a_one_row_tile_when_a_wide_row_fills_the_registers() -> None:
+    """conv2's rows of 54 outputs take 7 of AVX2's 16 vector registers, so the tile is one row
+    deep: the row still accumulates in registers (a tile of size 1 is no split, which would be
+    illegal and used to undo the whole blocking, leaving the 3 filter taps as a 3-lane vector)."""
+    spec = load(KERNELS["conv2"].text(n=1, co=4, ci=2, h=10, w=56, k=3))
+    moves = heuristic(spec, replace(CPU, vector_bytes=32, vector_registers=16))
+    text = to_text(advance(spec, moves))
+    assert "54:v y_acc[" in text and "accumulate(op=y#2" in " ".join(moves)
+    assert "3:v" not in text
+    _check(spec, moves)
+
+
 def test_heuristic_normalises_each_channel_right_after_its_statistics() -> None:
     """batchnorm's `n c h w` normalisation is interchanged to `c n h w` and fused with the
     per-channel mean and variance, so a channel is read again while it is in cache; with fewer
