@@ -14,7 +14,10 @@ from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 from tests.lsp.editor import Editor
 
 CLIENTS = ("visual_studio_code", "neovim")
-SETTINGS = {"dojo": {"target": "native", "repetitions": 3, "measure": {"automatic": False}}}
+# The agent's checkpoint is a directory that is not there, so that a test that means to play the
+# agent names its own and one that plays by mistake fails at once.
+SETTINGS = {"dojo": {"target": "native", "repetitions": 3, "measure": {"automatic": False},
+                     "agent": {"checkpoint": "/nonexistent/agent"}}}
 
 
 def server_config() -> ClientServerConfig:

@@ -33,22 +33,24 @@ def agent_continue(editor, *arguments):
                                                                                   arguments=list(arguments)))
 
 
-async def test_without_a_checkpoint_the_agent_says_where_to_set_one(editor, tmp_path: Path):
+async def test_the_configured_checkpoint_is_used_and_one_that_is_not_there_is_the_answer(editor, tmp_path: Path):
     uri = editor.open(derived_file(tmp_path, "relu", KERNELS["relu"].small()))
     answer = await agent_continue(editor, uri, {"steps": 2})
-    assert answer["applied"] is False and "dojo.agent.checkpoint" in answer["reason"]
+    assert answer == {"applied": False, "reason": "the agent cannot play: no agent checkpoint at /nonexistent/agent"}
+    editor.client.set_configuration({"dojo": {**SETTINGS["dojo"], "agent": {"checkpoint": str(tmp_path / "none")}}})
+    editor.client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
+    for _ in range(100):  # until the server has read the new settings
+        answer = await agent_continue(editor, uri, {"steps": 2})
+        if str(tmp_path / "none") in answer["reason"]:
+            break
+        await asyncio.sleep(0.05)
+    assert answer["applied"] is False and str(tmp_path / "none") in answer["reason"]
 
 
 async def test_the_agent_plays_from_the_document_and_applies_the_best_program(editor, tmp_path: Path,
-                                                                             checkpoint: Path):
+                                                                              checkpoint: Path):
     uri = editor.open(derived_file(tmp_path, "softmax", KERNELS["softmax"].small()))
-    editor.client.set_configuration({"dojo": {**SETTINGS["dojo"], "agent": {"checkpoint": str(checkpoint)}}})
-    editor.client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
-    for _ in range(100):  # until the server has read the new settings
-        answer = await asyncio.wait_for(agent_continue(editor, uri, {"steps": 2}), 180)
-        if "no checkpoint" not in answer.get("reason", ""):
-            break
-        await asyncio.sleep(0.05)
+    answer = await asyncio.wait_for(agent_continue(editor, uri, {"steps": 2, "checkpoint": str(checkpoint)}), 180)
     assert 1 <= len(answer["steps"]) <= 2 and answer["start_s"] > 0
     if answer["moves"]:
         assert answer["applied"] is True

@@ -2,8 +2,9 @@
 kernel, measuring each, and the best program it met is applied as one
 versioned edit that records its moves.
 
-The agent (agent.perfllm) is the one trained in the `dojo.agent.checkpoint`
-directory (`dojo agent train`); it plays in a worker thread, and progress
+The agent (agent.perfllm) is the one trained in the command's `checkpoint`
+or else the `dojo.agent.checkpoint` directory (`dojo agent train`), or the one
+shipped with PerfDojo when that is empty; it plays in a worker thread, and progress
 reports each move with its time. Cancelling stops it before its next move
 and keeps the best program met until then. As for `dojo.tune`, the edit is
 for the version the game started from, so the editor refuses it if the
@@ -40,14 +41,14 @@ def register(server: DojoServer) -> None:
     @cancellable
     async def continue_command(ls: DojoServer, *args: Any) -> dict[str, Any]:
         snapshot, program = document_of(ls, args, CONTINUE)
-        options = argument(args, 1, dict, CONTINUE, "an object {steps}") or {}
+        options = argument(args, 1, dict, CONTINUE, "an object {steps, checkpoint}") or {}
         steps = options.get("steps", ls.settings.agent_steps)
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise JsonRpcInvalidParams(f"{CONTINUE}: steps is a positive integer")
-        if not ls.settings.agent_checkpoint:
-            return {"applied": False, "reason": "no checkpoint: set dojo.agent.checkpoint to a directory that "
-                                                "`dojo agent train` wrote"}
-        checkpoint = Path(ls.settings.agent_checkpoint).expanduser()
+        chosen = options.get("checkpoint", ls.settings.agent_checkpoint)
+        if not isinstance(chosen, str):
+            raise JsonRpcInvalidParams(f"{CONTINUE}: checkpoint is a directory that `dojo agent train` wrote")
+        checkpoint = Path(chosen).expanduser() if chosen else None
         stop = threading.Event()
         loop = asyncio.get_running_loop()
         async with progress(ls, f"The agent plays {program.name} ({steps} moves)") as report:
@@ -74,18 +75,19 @@ def register(server: DojoServer) -> None:
         return answer | {"applied": applied} | ({} if applied else {"reason": "the document changed meanwhile"})
 
 
-def _play(settings: Settings, program: Program, checkpoint: Path, steps: int, on_step: Callable[[Step], None],
+def _play(settings: Settings, program: Program, checkpoint: Path | None, steps: int, on_step: Callable[[Step], None],
           should_stop: Callable[[], bool]) -> PlayResult | str:
     """The agent's game (agent.perfllm.continue_) measured by the configured runner, or why it
     could not start (a missing or foreign checkpoint, an unreachable runner)."""
     from agent.evaluate import Evaluator  # torch and the embedding model load when first asked for
+    from agent.perfllm.checkpoint import SHIPPED
     from agent.perfllm.play import continue_
     from runner.client import RunnerError
 
     try:
         with open_runner(settings) as runner:
             evaluator = Evaluator(program, runner=runner, target=settings.target)
-            return continue_(evaluator.start, checkpoint, steps, evaluator, target=settings.target,
+            return continue_(evaluator.start, checkpoint or SHIPPED, steps, evaluator, target=settings.target,
                              on_step=on_step, should_stop=should_stop)
     except (FileNotFoundError, ValueError, RunnerError) as error:
         return f"the agent cannot play: {error}"
