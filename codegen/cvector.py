@@ -16,7 +16,8 @@ do for the halves of a wider vector. Accesses whose last index uses the lane var
 coefficient 1 (and no other index uses it) are vector loads and stores,
 through `aligned(element)` types unless the address is provably a multiple of
 the vector's size (buffers are 64-byte aligned); accesses without the lane
-variable are broadcast. A reduction whose target has no lane variable (a
+variable are broadcast, and so is a subexpression with no such access, computed
+once as a scalar. A reduction whose target has no lane variable (a
 horizontal reduction) combines the lanes as a tree (`dojo_hadd_f32x16`, ...)
 into the scalar; when the `:v` scope is the only child of a sequential scope
 and its target does not move with that scope, `vector_accumulation` keeps up
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 
 from dojo_ir.affine import affine
 from dojo_ir.moves.vectorize_scope import lane_as_value
-from dojo_ir.tree import DTYPE_BYTES, FLOAT_DTYPES, Access, Op, Program, Scope
+from dojo_ir.tree import DTYPE_BYTES, FLOAT_DTYPES, Access, Binary, Call, Expr, Op, Program, Scope, Unary, accesses
 
 from .cexpr import (
     REDUCTION_FUNCTIONS,
@@ -150,6 +151,14 @@ class VectorPrinter(Printer):
 
     def call(self, func: str, args: list[str], dtype: str) -> str:
         return f"dojo_{func}_{dtype}x{self.lanes}({', '.join(args)})"
+
+    def value(self, expr: Expr, dtype: str) -> str:
+        # What the lanes share is computed once, as a scalar, and broadcast: a layer norm's
+        # `sqrt(var[{0}] + 1e-5)` is one square root per row, not one per vector.
+        if isinstance(expr, (Unary, Binary, Call)) and all(_lane_use(a, self.lane) == "invariant"
+                                                           for a in accesses(expr)):
+            return self.splat(Printer(self.program, self.env).value(expr, dtype), dtype)
+        return super().value(expr, dtype)
 
 
 def _aligned(off: Offset, env: Env, lanes: int, elem: int) -> bool:

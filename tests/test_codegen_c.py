@@ -207,7 +207,8 @@ yd f64 [3, 15] heap
 
 def test_vectorized_scopes(cache: Path) -> None:
     """Horizontal reductions of every operator, contiguous reductions,
-    broadcasts, functions, mixed dtypes, integer vectors, unaligned offsets."""
+    broadcasts (of subexpressions too), functions, mixed dtypes, integer
+    vectors, unaligned offsets."""
     program = load(VECTORS)
     source = generate(program, NATIVE)
     kernel = source[source.index("static void kernel"):source.index("static void *dojo_alloc")]
@@ -215,6 +216,7 @@ def test_vectorized_scopes(cache: Path) -> None:
     assert "*(const vf32x8 *)&b_g[i1*8]" in kernel  # provably aligned
     assert "*(vf64x2u *)&b_yd[i0*15 + i1*2 + 1]" in kernel  # not
     assert "__builtin_convertvector(*(const vi32x16 *)&b_n[i0*16], vf32x16)" in kernel
+    assert "- dojo_splat_f32x16(tanhf(logf(fabsf(b_c[0]))));" in kernel  # what the lanes share, once
     assert_matches(program, cache)
 
 
