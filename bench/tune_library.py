@@ -2,7 +2,8 @@
 
     python bench/tune_library.py                          # heuristic pass + sa on both graphs, 200 evaluations
     python bench/tune_library.py --kernels softmax add --runs sa:edges sa:heuristic random:edges --budget 1000
-    python bench/tune_library.py --quick                  # the benchmark's small shapes, a smoke run
+    python bench/tune_library.py --quick                  # the library's quick shapes
+    python bench/tune_library.py --quick --runs sa:heuristic --budget 1000 --out bench/results/convergence_runs
 
 For each kernel the spec is written to `OUT/<kernel>.spec.dojo` at the shape bench/library.py runs
 (`shape_of`, the same `--scale`), then each run (`method:graph`) calls `agent.tune` with the budget and
@@ -11,9 +12,10 @@ measured again for at least a second, is `OUT/<kernel>.dojo`, whose derivation r
 (`dojo replay`). `bench/library.py --tuned OUT` then compares those with the peers.
 
 Convergence (the paper's Figure 13): from the logs, the best time after each evaluation per run,
-plotted to bench/results/library_convergence_<kernel>.png, and for each simulated-annealing run how
-many evaluations it took to come within 5% of its final best (`bench/results/convergence.md`; the
-bar is 95% of the 1000-evaluation result within 300 evaluations).
+plotted with a panel per kernel (`--report`'s name in .png), and for each search how many
+evaluations it took to come within 5% of its final best (`--report`, by default
+bench/results/convergence.md; the bar is 95% of the 1000-evaluation result within 300 evaluations,
+WITHIN_AT).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agent.tune import tune  # noqa: E402
-from bench.library import best_so_far, plot_convergence, shape_of  # noqa: E402
+from bench.library import best_so_far, shape_of  # noqa: E402
 from dojo_ir import load, to_text  # noqa: E402
 from dojo_ir.derivation import record as record_moves  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
@@ -81,19 +83,58 @@ def evaluations_to_within(log: Path, fraction: float = 0.95) -> tuple[int | None
     return next(i for i, b in zip(indices, best, strict=True) if b <= goal), best[-1], indices[-1]
 
 
-def convergence_report(records: list[dict], out: Path, budget: int) -> str:
+WITHIN_AT = 300  # the bar: 95% of a run's final result within this many evaluations
+
+
+def convergence_report(records: list[dict], out: Path, budget: int, shapes: str) -> str:
     lines = ["# Convergence of the searches", "",
-             f"`python bench/tune_library.py`, budget {budget} evaluations per run (evaluation 0 is the spec). "
-             "For each run: the evaluation at which the best time came within 5% of the run's final best "
-             "(the paper's Figure 13 reads the same curves). Single evaluations are 3 repetitions, so a "
+             f"`python bench/tune_library.py`, budget {budget} evaluations per run (evaluation 0 is the spec), "
+             f"{shapes}. For each run: the evaluation at which the best time came within 5% of the run's final "
+             "best (the paper's Figure 13 reads the same curves). Single evaluations are 3 repetitions, so a "
              "'best' can be a lucky timing; the final figures in library.md are measured again.", "",
              "| kernel | run | evaluations | final best | within 5% at |", "|---|---|---:|---:|---:|"]
+    reached: dict[str, list[bool]] = {}
     for record in records:
         for run, data in record["runs"].items():
             at, final, total = evaluations_to_within(out / data["log"])
+            reached.setdefault(run, []).append(at is not None and at <= WITHIN_AT)
             lines.append(f"| {record['kernel']} | {run} | {total} | "
                          f"{'-' if final is None else f'{final * 1e3:.3g} ms'} | {'-' if at is None else at} |")
+    lines.append("")
+    for run, hits in reached.items():
+        lines.append(f"- {run}: within 5% of its {budget}-evaluation result by evaluation {WITHIN_AT} on "
+                     f"**{sum(hits)} of {len(hits)}** kernels.")
     return "\n".join(lines) + "\n"
+
+
+def plot_all(records: list[dict], out: Path, path: Path) -> Path:
+    """Figure 13 for every kernel at once: best time over the spec's against evaluations, a panel per
+    kernel, a line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = 4
+    rows = -(-len(records) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.6 * rows), squeeze=False)
+    for axis, record in zip(axes.flat, records, strict=False):
+        for run, data in record["runs"].items():
+            xs, ys = best_so_far(out / data["log"])
+            if xs:
+                axis.step(xs, [y / ys[0] for y in ys], where="post", label=run)
+        axis.set_title(record["kernel"], fontsize=9)
+        axis.set_yscale("log")
+        axis.tick_params(labelsize=7)
+    for axis in axes.flat[len(records):]:
+        axis.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    figure.supxlabel("evaluations")
+    figure.supylabel("best time / first time")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=int, default=1, help="divide the outermost dimension (as bench/library.py)")
     parser.add_argument("--quick", action="store_true", help="the benchmark's small shapes")
     parser.add_argument("--out", type=Path, default=RESULTS / "tuned")
+    parser.add_argument("--report", type=Path, default=RESULTS / "convergence.md",
+                        help="the convergence table (and its plot, the same name in .png)")
     args = parser.parse_args(argv)
     (args.out / "logs").mkdir(parents=True, exist_ok=True)
     records = [tune_kernel(k, args.runs, args.budget, args.out, args.scale, args.quick) for k in args.kernels]
@@ -113,12 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     searches = [{**r, "runs": {run: d for run, d in r["runs"].items() if run.partition(":")[0] in SEARCHES}}
                 for r in records]
     searches = [r for r in searches if r["runs"]]
-    for record in searches:  # a pass has no curve to speak of: one evaluation
-        logs = {run: args.out / data["log"] for run, data in record["runs"].items()}
-        plot_convergence(logs, RESULTS / f"library_convergence_{record['kernel']}.png")
-    if searches:
-        report = convergence_report(searches, args.out, args.budget)
-        (RESULTS / "convergence.md").write_text(report)
+    if searches:  # a pass has no curve to speak of: one evaluation
+        shapes = "the library's quick shapes" if args.quick else (
+            f"the paper's shapes with the outermost dimension divided by {args.scale}" if args.scale > 1
+            else "the paper's shapes")
+        plot = plot_all(searches, args.out, args.report.with_suffix(".png"))
+        report = convergence_report(searches, args.out, args.budget, shapes)
+        report += f"\nPlot: `{plot.relative_to(ROOT) if plot.is_relative_to(ROOT) else plot}`.\n"
+        args.report.write_text(report)
         print(report)
     print(f"load average after: {os.getloadavg()}")
     return 0

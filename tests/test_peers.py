@@ -129,3 +129,27 @@ def test_shapes_and_the_convergence_curve(tmp_path: Path) -> None:
         {"evaluation": 2, "median_s": 3.0}, {"evaluation": 0, "median_s": None},
         {"evaluation": 1, "median_s": 5.0}, {"evaluation": 3, "median_s": 4.0}]) + "\n")
     assert best_so_far(log) == ([1, 2, 3], [5.0, 3.0, 3.0])
+
+
+def test_a_batch_norm_whose_channels_outgrow_the_cache_is_bound_by_three_reads() -> None:
+    from bench.library import reread_bytes
+
+    big = dict(KERNELS["batchnorm1"].params)  # 134 MB a channel
+    extra, reason = reread_bytes("batchnorm1", big, 32 << 20)
+    assert extra == 2 * 8 * 3 * 2048 * 2048 * 4 and "three times" in reason
+    assert reread_bytes("batchnorm2", dict(KERNELS["batchnorm2"].params), 32 << 20) == (0, "")  # 2.9 MB fits
+    assert reread_bytes("softmax", dict(KERNELS["softmax"].params), 1) == (0, "")
+
+
+def test_the_bars_name_the_kernels_that_miss_them() -> None:
+    from bench.library import bars
+
+    rows = [{"kernel": "add", "bound_s": 1.0, "times": {"torch": 3.0, "onnxruntime": 2.0, "tvm": 4.0, "PerfDojo": 1.2}},
+            {"kernel": "matmul", "bound_s": 1.0, "times": {"torch": 1.0, "onnxruntime": None, "tvm": 1.0,
+                                                           "PerfDojo": 2.0}}]
+    text = "\n".join(bars(rows, ["torch", "onnxruntime", "tvm"]))
+    assert "**0.91x** in geometric mean" in text  # sqrt(2 / 1.2 * 1 / 2)
+    assert "more than 10% slower on matmul (0.50 of torch)" in text
+    assert "Memory-bound kernels within 1.25x of their bound: 1 of 1." in text
+    assert "Compute-bound kernels within 1.5x of their bound: 0 of 1; not matmul 2.00x." in text
+    assert "Against TVM MetaSchedule: **1.29x**" in text
