@@ -6,7 +6,9 @@ registers, reuse storage, tile, vectorize, parallelize), each one among the
 legal moves listed at that point; prove the result equal to the spec with
 `replay` and with the reference interpreter; then generate C for this
 machine, build, time and verify both programs with the runner and show the
-speedup. Last, what the checker says about a broken copy.
+speedup. Then the learned agent that comes with PerfDojo (agent/perfllm/trained)
+continues the spec for a few moves, measuring each. Last, what the checker
+says about a broken copy.
 """
 
 from __future__ import annotations
@@ -69,11 +71,37 @@ def main() -> int:
     if before.ok and after.ok:
         print(f"\n  speedup: {before.median_s / after.median_s:.2f}x\n")
 
+    _agent(spec, runner)
+
     broken = to_text(spec).replace("m[{0}] max= x[{0},{1}]", "m[{0}] max= x[{0},{1}+1]").replace("s f32", "s f16")
     print("A broken copy of the spec (an index off by one, an unknown dtype), as `dojo check` reports it:")
     for diagnostic in diagnose(broken)[1]:
         print("  " + diagnostic.format("softmax-broken.dojo"))
     return 0 if error < 1e-5 and replayed == "replays exactly" and before.ok and after.ok else 1
+
+
+AGENT_STEPS = 4
+
+
+def _agent(spec, runner: LocalRunner) -> None:
+    """The shipped agent plays a few moves from the spec; its packages come with `make test`."""
+    try:
+        from agent.evaluate import Evaluator
+        from agent.perfllm.checkpoint import SHIPPED
+        from agent.perfllm.play import Step, continue_
+    except ImportError as error:
+        print(f"(The learned agent needs torch and transformers, which `make test` installs: {error}.)\n")
+        return
+    print(f"The learned agent that comes with PerfDojo (PerfLLM, agent/perfllm/trained) continues the spec for "
+          f"{AGENT_STEPS} moves, measuring each (`dojo agent continue`):\n")
+
+    def show(step: Step) -> None:
+        time_s = "failed" if step.time_s is None else f"{step.time_s * 1000:.2f} ms"
+        print(f"  {step.index}. {step.move or 'stop':<46} {time_s}")
+
+    result = continue_(spec, SHIPPED, AGENT_STEPS, Evaluator(spec, runner=runner), on_step=show)
+    if result.speedup is not None:
+        print(f"\n  best program met: {len(result.moves)} moves, {result.speedup:.2f}x the spec\n")
 
 
 def _report(result: RunResult) -> str:
