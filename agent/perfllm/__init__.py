@@ -7,6 +7,7 @@ transformer, and a dueling Double DQN with Max-Q targets that learns which legal
     learner.py     Learner: epsilon-greedy actions, max-Bellman Double-DQN updates, the target network
     game.py        legal_moves, successors, Costs: the game's rules and what a program costs
     play.py        play, continue_: the game loop; a trained agent continuing a program
+    search.py      search: the agent as a search for `dojo tune --method agent`, best first by Q
     train.py       train: episodes on a set of kernels, checkpoints and resuming
     checkpoint.py  the agent's files, and the embedding model they were trained with
     curve.py       the training curve as JSON lines and as a plot

@@ -28,9 +28,14 @@ from dojo_ir.moves import Analysis, Move, apply
 from ..evaluate import Evaluator, text_hash
 from ..legal import allowed, legal_moves
 
-__all__ = ["Cost", "Costs", "allowed", "legal_moves", "successors"]
+__all__ = ["Cost", "Costs", "allowed", "kind", "legal_moves", "successors"]
 
 Cost = Callable[[list[str]], float]
+
+
+def kind(move: str) -> str:
+    """The name of the move `move` writes out: `split_scope` for `split_scope(op=e, depth=1, factor=8)`."""
+    return move.partition("(")[0]
 
 
 def successors(program: Program, moves: Sequence[Move]) -> list[Program]:

@@ -68,13 +68,19 @@ def epsilon_at(episode: int, start: float, end: float, decay_episodes: int) -> f
     return start + (end - start) * min(1.0, episode / decay_episodes)
 
 
-def choose(q: torch.Tensor, epsilon: float, rng: random.Random) -> int:
-    """An index into `q`, the legal actions' values: a uniformly random one with probability
-    epsilon, else the best (the first of equals)."""
+def choose(q: torch.Tensor, epsilon: float, rng: random.Random, kinds: Sequence[str] | None = None) -> int:
+    """An index into `q`, the legal actions' values: with probability epsilon a random one, else
+    the best (the first of equals). With `kinds`, the kind of each action (the move's name), the
+    random one is of a random kind: a program has dozens of split factors for each vectorisation
+    or parallelisation, and drawing actions uniformly would explore little else (as `dojo fuzz`
+    and the searches draw a kind first)."""
     if len(q) == 0:
         raise ValueError("no action to choose from: the stop action is always legal, so pass it")
     if rng.random() < epsilon:
-        return rng.randrange(len(q))
+        if kinds is None:
+            return rng.randrange(len(q))
+        kind = rng.choice(sorted(set(kinds)))
+        return rng.choice([i for i, k in enumerate(kinds) if k == kind])
     return int(torch.argmax(q))
 
 
@@ -117,9 +123,11 @@ class Learner:
             actions = torch.cat([state.expand(len(afters), -1), afters], dim=1)
             return self.online(state[None], actions, torch.zeros(len(afters), dtype=torch.long))
 
-    def act(self, state: torch.Tensor, afters: torch.Tensor, epsilon: float, rng: random.Random) -> int:
-        """The index of the action to play among `afters` (see `q_values`), epsilon-greedy."""
-        return choose(self.q_values(state, afters), epsilon, rng)
+    def act(self, state: torch.Tensor, afters: torch.Tensor, epsilon: float, rng: random.Random,
+            kinds: Sequence[str] | None = None) -> int:
+        """The index of the action to play among `afters` (see `q_values`), epsilon-greedy
+        (`choose`)."""
+        return choose(self.q_values(state, afters), epsilon, rng, kinds)
 
     def _q(self, net: DuelingQNet, rows: Sequence[tuple[str, Sequence[str]]], buffer: ReplayBuffer,
            ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,7 +6,7 @@
 
 At each step the agent embeds the program and every program one legal move away, scores the
 actions [E(s); E(after)] and the stop action [E(s); E(s)] with its Q-network, and plays the
-best (or, with probability epsilon, a random one). It never goes back to a program it has met in
+best (or, with probability epsilon, a random one, of a random kind). It never goes back to a program it has met in
 the same game: the programs' times do not change, so a cycle would only spend steps. The game
 ends after `max_steps` moves, when the agent stops, when no unmet program is one move away, or
 when `should_stop()` says so (polled before each step) or the evaluator's budget runs out.
@@ -32,9 +32,9 @@ from dojo_ir import Program
 from ..evaluate import BudgetExhausted, Evaluator, text_hash
 from .checkpoint import load_policy
 from .embed import Embedding
-from .game import Cost, Costs, legal_moves, successors
+from .game import Cost, Costs, kind, legal_moves, successors
 from .learner import Learner
-from .replay import ReplayBuffer, Transition
+from .replay import Transition
 
 Learn = Callable[[Transition, dict[str, torch.Tensor]], None]
 
@@ -79,10 +79,6 @@ class PlayResult:
                 "ended": self.ended, "steps": [step.to_json() for step in self.steps]}
 
 
-def _time(result: PlayResult) -> float:
-    return math.inf if result.time_s is None else result.time_s
-
-
 def _finite(x: float) -> float | None:
     return None if math.isinf(x) else x
 
@@ -107,25 +103,21 @@ def _options(program: Program, embedder: Embedding, target: str) -> _Options:
 
 def play(learner: Learner, embedder: Embedding, costs: Costs, *, max_steps: int, epsilon: float,
          rng: random.Random, target: str = "native", may_stop: bool = True, learn: Learn | None = None,
-         on_step: Callable[[Step], None] | None = None, should_stop: Callable[[], bool] | None = None,
-         origin: tuple[Program, tuple[str, ...]] | None = None, met: set[str] | None = None,
-         first_step: int = 1) -> PlayResult:
-    """Play for at most `max_steps` moves from `origin` (a program and the moves that make it from
-    `costs.start`; by default the start itself); see the module's docstring. With `may_stop=False`
-    the agent plays on until `max_steps` or a dead end, whatever it thinks of stopping. `met`, the
-    programs not to go back to, is updated in place when given, so that several games can share
-    it; steps are numbered from `first_step`."""
-    program, moves = origin if origin is not None else (costs.start, ())
-    start_cost = costs([], costs.start)
+         on_step: Callable[[Step], None] | None = None,
+         should_stop: Callable[[], bool] | None = None) -> PlayResult:
+    """Play from `costs.start` for at most `max_steps` moves; see the module's docstring. With
+    `may_stop=False` the agent plays on until `max_steps` or a dead end, whatever it thinks of
+    stopping."""
+    program, moves = costs.start, ()
+    start_cost = costs([], program)
     if math.isinf(start_cost):
         raise ValueError("the starting program failed or did not verify, so it has no time to measure against")
-    best = (costs(moves, program), program, moves)
-    met = met if met is not None else set()
-    met.add(text_hash(program))
+    best = (start_cost, program, moves)
+    met = {text_hash(program)}
     steps: list[Step] = []
 
     def report(move: str | None, cost: float) -> None:
-        steps.append(Step(first_step + len(steps), move, _finite(cost), start_cost / cost, _finite(best[0])))
+        steps.append(Step(len(steps) + 1, move, _finite(cost), start_cost / cost, _finite(best[0])))
         if on_step is not None:
             on_step(steps[-1])
 
@@ -141,7 +133,8 @@ def play(learner: Learner, embedder: Embedding, costs: Costs, *, max_steps: int,
             break
         open_ = [0, *unmet] if may_stop else unmet
         afters = torch.stack([options.vectors[options.keys[i]] for i in open_])
-        choice = open_[learner.act(options.vectors[options.keys[0]], afters, epsilon, rng)]
+        kinds = [kind(options.moves[i - 1]) if i else "stop" for i in open_]
+        choice = open_[learner.act(options.vectors[options.keys[0]], afters, epsilon, rng, kinds)]
         if choice == 0:
             cost = costs(moves, program)
             if learn is not None:
@@ -180,46 +173,3 @@ def continue_(program: Program, checkpoint: Path, steps: int, evaluate: Evaluato
     learner, embedder = load_policy(checkpoint, embedder)
     return play(learner, embedder, Costs(program, evaluate), max_steps=steps, epsilon=epsilon,
                 rng=random.Random(seed), target=target, may_stop=may_stop, on_step=on_step, should_stop=should_stop)
-
-
-SEARCH_DEPTH = 20  # moves a game of `search` plays at most before the next begins
-STALE_GAMES = 3  # games in a row that measured nothing new end a search
-
-
-def search(program: Program, checkpoint: Path, evaluate: Evaluator | Cost, *, steps: int | None = None,
-           depth: int = SEARCH_DEPTH, epsilon: float = 0.1, learn: bool = True, target: str = "native",
-           seed: int = 0, embedder: Embedding | None = None, on_step: Callable[[Step], None] | None = None,
-           should_stop: Callable[[], bool] | None = None) -> PlayResult:
-    """The agent trained in `checkpoint` as a search from `program` (`dojo tune --method agent`):
-    games one after another, each of at most `depth` moves, until `steps` moves in all, the
-    evaluator's budget, `should_stop`, or STALE_GAMES games in a row that measured nothing new.
-
-    The first game is greedy from `program`; the next ones are epsilon-greedy, alternately from
-    the best program so far and from `program`. No game goes back to a program that any game
-    met, so each move measures a new program, and no game stops early: a search has its budget
-    to spend. With `learn` the agent goes on learning from the times it measures, as in
-    training (the paper's section 4.3 searches by training on the kernel): the checkpoint's
-    network is where it starts, and the checkpoint itself is left as it was."""
-    learner, embedder = load_policy(checkpoint, embedder)
-    costs = Costs(program, evaluate)
-    rng = random.Random(seed)
-    buffer = ReplayBuffer(learner.config.replay_capacity, seed) if learn else None
-    record = (lambda t, vectors: learner.record(buffer, t, vectors)) if buffer is not None else None
-    met: set[str] = set()
-    games: list[PlayResult] = []
-    played = stale = 0
-    while stale < STALE_GAMES and (steps is None or played < steps):
-        best = min(games, key=_time) if games else None
-        origin = (best.program, tuple(best.moves)) if best is not None and len(games) % 2 == 1 else None
-        game = play(learner, embedder, costs, max_steps=depth if steps is None else min(depth, steps - played),
-                    epsilon=epsilon if games else 0.0, rng=rng, target=target, may_stop=False, learn=record,
-                    on_step=on_step, should_stop=should_stop, origin=origin, met=met, first_step=played + 1)
-        games.append(game)
-        played += len(game.steps)
-        stale = stale + 1 if not game.steps else 0
-        if game.ended in ("budget", "stopped"):
-            break
-    best = min(games, key=_time)
-    return PlayResult(best.program, best.moves, best.time_s, best.start_s, [s for g in games for s in g.steps],
-                      games[-1].ended)
-
