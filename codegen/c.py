@@ -222,12 +222,17 @@ def node_code(program: Program, path: Path, target: Target | None = None) -> str
     return "\n".join(emitter.node(node_at(program.body, path), path, env))
 
 
-def generate_c(program: Program, target: Target | None = None, threshold: int | None = None) -> str:
+def generate_c(program: Program, target: Target | None = None, threshold: int | None = None,
+               with_main: bool = True) -> str:
     """The complete C source for `target` (None: code for any target, without
     streaming stores): includes, vector types and helpers that the code uses,
     the kernel function and the harness `main`. Outputs of at least
-    `threshold` bytes may be streamed (None: `streaming_threshold_bytes()`)."""
-    code = kernel_function(program, target, threshold) + "\n\n" + harness(program, parameters(program))
+    `threshold` bytes may be streamed (None: `streaming_threshold_bytes()`).
+    Without `with_main` the source ends with the kernel function: a unit that
+    a library (libgen) wraps in an entry point of its own."""
+    code = kernel_function(program, target, threshold)
+    if with_main:
+        code += "\n\n" + harness(program, parameters(program))
     vector_helpers = vector_helper_source(used_vector_helpers(code))
     stream_helpers = stream_helper_source(used_stream_helpers(code))
     typedefs = vector_typedefs(used_vector_types(code + vector_helpers + stream_helpers))

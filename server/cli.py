@@ -22,7 +22,7 @@ import numpy as np
 from dojo_ir import DojoError, diagnose, interpret, load, random_inputs, to_text
 from dojo_ir.derivation import record, spec_path, verify, without_comments
 from dojo_ir.fuzz import fuzz
-from dojo_ir.library import KERNELS
+from dojo_ir.library import KERNELS, Kernel
 from dojo_ir.moves import KINDS, Analysis, apply, find, parse_move
 from runner.files import write_atomically
 from runner.measure import MIN_TIME_S, measure
@@ -399,7 +399,8 @@ def cmd_agent_train(args: argparse.Namespace) -> int:
         raise CommandError(f"dojo agent train: error: unknown kernel {', '.join(unknown)}; "
                            f"the library has {', '.join(KERNELS)}")
     names = [k for k in (args.kernels or list(KERNELS)) if k not in args.hold_out]
-    kernels = [(name, load(KERNELS[name].text() if args.paper_shapes else KERNELS[name].small())) for name in names]
+    shaped = {"paper": Kernel.text, "quick": Kernel.quick, "small": Kernel.small}[args.shapes]
+    kernels = [(name, load(shaped(KERNELS[name]))) for name in names]
     kernels += [(Path(f).stem, _load(f)) for f in args.files]
     out = Path(args.out)
 
@@ -427,6 +428,7 @@ def cmd_agent_train(args: argparse.Namespace) -> int:
 
 def cmd_agent_continue(args: argparse.Namespace) -> int:
     from agent.evaluate import Evaluator
+    from agent.perfllm.checkpoint import SHIPPED
     from agent.perfllm.play import Step, continue_
     from runner.client import RunnerError
 
@@ -441,8 +443,8 @@ def cmd_agent_continue(args: argparse.Namespace) -> int:
     try:
         with _runner_for(args, "agent continue") as runner:
             evaluator = Evaluator(spec, prefix=prefix, runner=runner, target=args.target)
-            result = continue_(evaluator.start, Path(args.checkpoint), args.steps, evaluator, target=args.target,
-                               on_step=step)
+            result = continue_(evaluator.start, Path(args.checkpoint) if args.checkpoint else SHIPPED, args.steps,
+                               evaluator, target=args.target, on_step=step)
     except (ValueError, FileNotFoundError, RunnerError) as error:
         raise CommandError(f"dojo agent continue: error: {error}") from None
     if not result.moves:  # the file itself was the best program met: nothing to rewrite
@@ -463,6 +465,60 @@ def cmd_agent_continue(args: argparse.Namespace) -> int:
               f"{start} -> {time_s}{speedup}{where}")
         if out is None and not args.write:
             print(to_text(best), end="")
+    return 0
+
+
+def cmd_library_build(args: argparse.Namespace) -> int:
+    # imported here: the other commands start without the tuner, and Ray loads only with --ray
+    from libgen import BuildEvent, LibraryError, build_library, resolve
+    from libgen.peers import DEFAULT as DEFAULT_PEERS
+    from runner.client import RunnerError
+
+    out = Path(args.out)
+    tty = sys.stderr.isatty()
+    if args.ray and args.runner:
+        raise CommandError("dojo library build: error: --ray and --runner exclude each other: the cluster's nodes "
+                           "run the evaluations")
+
+    def event(e: BuildEvent) -> None:
+        if e.kind == "progress":
+            if tty:
+                print(f"\r{e.message:<70}", end="", file=sys.stderr, flush=True)
+            return
+        print(f"\r{e.message:<70}" if tty else e.message, file=sys.stderr, flush=True)
+
+    options = {"method": args.method, "budget": args.budget, "name": args.name, "target": args.target,
+               "graph": args.graph, "seed": args.seed, "min_time_s": args.min_time, "time_limit_s": args.time_limit,
+               "checkpoint": args.checkpoint and Path(args.checkpoint), "workers": args.workers,
+               "peers": (args.peers or list(DEFAULT_PEERS)) if args.peers is not None else (), "on_event": event}
+    try:
+        kernels = resolve(args.kernels, args.shape, "small" if args.small else "quick" if args.quick else "paper")
+        if args.ray:
+            from libgen.cluster import Cluster
+
+            with Cluster(args.ray, cores=args.ray_cores) as cluster:
+                result = build_library(kernels, out, cluster=cluster, **options)
+        else:
+            with _runner_for(args, "library build") as runner:
+                result = build_library(kernels, out, runner=runner, **options)
+    except LibraryError as error:
+        message = str(error)
+        raise CommandError(message if ": error: " in message else f"dojo library build: error: {message}") from None
+    except (RunnerError, ValueError) as error:
+        raise CommandError(f"dojo library build: error: {error}") from None
+    except KeyboardInterrupt:
+        print(f"\ndojo library build: interrupted; the kernels tuned so far are recorded in {out / 'kernels'} and "
+              f"every evaluation in {out / 'logs'}: the same command goes on from there", file=sys.stderr)
+        return 130
+    manifest = result.manifest
+    if args.json:
+        print(json.dumps({"out": str(out), "tuned": list(result.tuned), "skipped": list(result.skipped),
+                          **{k: manifest[k] for k in ("library", "shared_library", "header", "module")},
+                          "kernels": [{k: e[k] for k in ("name", "symbol", "time_s", "spec_s", "evaluations", "peers")}
+                                      for e in manifest["kernels"]]}))
+    else:
+        print(f"{out}: {len(manifest['kernels'])} kernels ({len(result.tuned)} tuned, {len(result.skipped)} already "
+              f"tuned) in {manifest['shared_library']}, {manifest['header']}, {manifest['module']}")
     return 0
 
 
@@ -548,7 +604,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune_.add_argument("file", metavar="FILE", help="the spec (or a derived file: its moves are kept as a prefix)")
     tune_.add_argument("--method", required=True, choices=["naive", "greedy", "heuristic", "random", "sa", "agent"])
     tune_.add_argument("--checkpoint", metavar="DIR", help="the learned agent's (--method agent): what "
-                       "`dojo agent train` wrote")
+                       "`dojo agent train` wrote (default: the agent shipped with PerfDojo)")
     tune_.add_argument("--graph", default="edges", choices=["edges", "heuristic"],
                        help="search graph: one move at a time, or whole candidate sequences (default: edges)")
     tune_.add_argument("--budget", type=int, default=100, metavar="N",
@@ -572,7 +628,9 @@ def build_parser() -> argparse.ArgumentParser:
     train_.add_argument("--kernels", nargs="*", default=[], metavar="K", help="library kernels (default: all)")
     train_.add_argument("--hold-out", nargs="*", default=[], metavar="K", help="library kernels never to train on")
     train_.add_argument("--files", nargs="*", default=[], metavar="FILE", help="more specs to train on")
-    train_.add_argument("--paper-shapes", action="store_true", help="the paper's shapes (default: the small ones)")
+    train_.add_argument("--shapes", choices=["quick", "small", "paper"], default="quick",
+                        help="the library kernels' shapes: quick (default; specs of tens to hundreds of "
+                        "microseconds), small (the tests' tiny ones) or the paper's")
     train_.add_argument("--episodes", type=int, required=True, metavar="N", help="episodes in all (a resumed run "
                         "counts those done)")
     train_.add_argument("--max-steps", type=int, default=10, metavar="K", help="moves per episode (default: 10)")
@@ -583,7 +641,8 @@ def build_parser() -> argparse.ArgumentParser:
     continue__ = agent_commands.add_parser("continue", help="play N of the agent's moves from FILE, measuring, "
                                            "and keep the best program")
     continue__.add_argument("file", metavar="FILE", help="a spec or a derived file (its moves are kept)")
-    continue__.add_argument("--checkpoint", required=True, metavar="DIR", help="what `dojo agent train` wrote")
+    continue__.add_argument("--checkpoint", metavar="DIR", help="what `dojo agent train` wrote (default: the "
+                            "agent shipped with PerfDojo)")
     continue__.add_argument("--steps", type=int, default=10, metavar="N", help="moves to play (default: 10)")
     where = continue__.add_mutually_exclusive_group()
     where.add_argument("--write", action="store_true", help="rewrite FILE with the best program")
@@ -595,6 +654,42 @@ def build_parser() -> argparse.ArgumentParser:
                          "machine)")
         sub.add_argument("--token-file", metavar="F", help="the service's token (default: $DOJO_RUNNER_TOKEN)")
     continue__.set_defaults(run=cmd_agent_continue)
+    library = commands.add_parser("library", help="tune kernels into a library for C, numpy and PyTorch")
+    library_commands = library.add_subparsers(dest="library_command", required=True, metavar="COMMAND")
+    build_ = library_commands.add_parser("build", help="tune each kernel (skipping those already tuned in DIR), "
+                                         "then write the library, its header, Python module and manifest")
+    build_.add_argument("kernels", nargs="+", metavar="KERNEL", help="library kernels or .dojo files")
+    build_.add_argument("--method", required=True, choices=["naive", "greedy", "heuristic", "random", "sa", "agent"])
+    build_.add_argument("--budget", type=int, default=100, metavar="N", help="evaluations per kernel (default: 100)")
+    build_.add_argument("--out", "-o", required=True, metavar="DIR", help="the library's directory")
+    build_.add_argument("--name", default="dojo", metavar="NAME", help="libNAME.so, NAME.h, NAME.py, the C "
+                        "functions' prefix and the torch.ops namespace (default: dojo)")
+    build_.add_argument("--shape", nargs="*", default=[], metavar="[KERNEL.]PARAM=SIZE",
+                        help="sizes for the library kernels instead of the paper's")
+    base = build_.add_mutually_exclusive_group()
+    base.add_argument("--quick", action="store_true", help="the library kernels at their quick shapes (specs of "
+                      "tens to hundreds of microseconds)")
+    base.add_argument("--small", action="store_true", help="the library kernels at the small shapes of the tests")
+    build_.add_argument("--graph", default="edges", choices=["edges", "heuristic"], help="the searches' graph")
+    build_.add_argument("--seed", type=int, default=0, metavar="S")
+    build_.add_argument("--time-limit", type=float, metavar="S", help="stop each kernel's search after S seconds")
+    build_.add_argument("--min-time", type=float, default=MIN_TIME_S, metavar="S",
+                        help="time the finalists of each kernel for at least S seconds (default: 1)")
+    build_.add_argument("--checkpoint", metavar="DIR", help="the learned agent's (--method agent)")
+    build_.add_argument("--peers", nargs="*", metavar="PEER", help="also time the peers of bench/ on each library "
+                        "kernel (default: numpy torch torch.compile onnxruntime)")
+    build_.add_argument("--ray", metavar="auto|local|ADDRESS", help="tune on a Ray cluster: a running one (auto "
+                        "starts one on this machine when there is none), a new local one, or the one at ADDRESS")
+    build_.add_argument("--ray-cores", type=int, default=1, metavar="C", help="CPUs of a node for each evaluation "
+                        "(default: 1)")
+    build_.add_argument("--workers", type=int, metavar="N", help="tune at most N kernels at once on the cluster "
+                        "(default: as many as it has room for)")
+    build_.add_argument("--target", default="native", metavar="T", help="a C target (default: native)")
+    build_.add_argument("--runner", metavar="URL", help="a runner service (default: $DOJO_RUNNER_URL, else this "
+                        "machine)")
+    build_.add_argument("--token-file", metavar="F", help="the service's token (default: $DOJO_RUNNER_TOKEN)")
+    build_.add_argument("--json", action="store_true", help="the result summary as JSON")
+    build_.set_defaults(run=cmd_library_build)
     return parser
 
 

@@ -1,0 +1,276 @@
+"""`build_library`: tune kernels and write them out as a library.
+
+    result = build_library(resolve(["softmax", "matmul"]), Path("lib"), method="sa", budget=100)
+
+The directory, when done:
+
+    kernels/NAME.spec.dojo   the spec, as tuned
+    kernels/NAME.dojo        the tuned program, its derivation naming NAME.spec.dojo (`dojo replay`)
+    kernels/NAME.json        the tuning record (manifest.Tuned)
+    logs/NAME.METHOD.GRAPH.jsonl   every evaluation of the search (agent.evaluate's log)
+    src/NAME.c               the kernel's C, with its entry point (csource.py)
+    libLIB.so, LIB.h, LIB.py the shared library, its header and the Python module (LIB: `name`)
+    manifest.json            the library's description (manifest.py)
+
+Every file is written atomically. Resuming: a kernel whose record has the same spec hash, target,
+method, budget, graph and seed (and derived-file moves) is not tuned again; otherwise its search
+resumes from its log when the log is of the same starting program (`tune(resume=True)`, which
+retraces the search through the logged evaluations at no cost), else starts afresh. A kernel's
+record is written only when its tuning finished, so an interrupted build (Ctrl-C, `should_stop`,
+a crash) leaves the finished kernels and every logged evaluation, and running it again goes on.
+
+Kernels are tuned one after another with the local runner, or with a `Cluster` up to
+`cluster.slots` (or `workers`) at once, each search in a thread of this process and each
+evaluation a task on the cluster (cluster.py).
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from agent.evaluate import replay_moves, text_hash
+from agent.passes import PASSES
+from agent.search import METHODS
+from agent.tune import AGENT, TuneProgress, tune
+from codegen.targets import Target, get_target
+from dojo_ir import Program, to_text
+from runner.files import write_atomically
+from runner.local import LocalRunner, iterations
+from runner.measure import MIN_TIME_S, Runner
+
+from . import csource
+from .cluster import Cluster
+from .kernels import IDENTIFIER, KernelSpec, LibraryError, check_names
+from .manifest import FORMAT, Tuned, entry, read_tuned, seconds, write_json
+from .peers import peer_times
+from .pymodule import module_text
+
+
+@dataclass(frozen=True)
+class BuildEvent:
+    """What a build tells as it goes: `kind` is "skipped", "resuming", "tuning", "progress",
+    "tuned", "peers" or "library"; `message` says it for people."""
+
+    kernel: str
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    directory: Path
+    manifest: dict[str, Any]
+    tuned: tuple[str, ...]
+    skipped: tuple[str, ...]
+
+
+class _Stopped(Exception):
+    """A kernel's tuning was stopped before it finished: nothing is recorded for it."""
+
+
+def _resumable(log: Path, start: Program) -> bool:
+    """Whether `log` holds evaluations of the search that starts at `start`."""
+    try:
+        with open(log, encoding="utf-8") as lines:
+            first = json.loads(lines.readline())
+    except (OSError, ValueError):
+        return False
+    return isinstance(first, dict) and first.get("index") == 0 and first.get("hash") == text_hash(start)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How every kernel of one build is tuned."""
+
+    out: Path
+    method: str
+    budget: int
+    target: str
+    graph: str
+    seed: int
+    min_time_s: float
+    time_limit_s: float | None
+    checkpoint: Path | None
+
+    def key(self, spec: KernelSpec) -> tuple[str, str, str, int, str, int]:
+        return (text_hash(spec.program), self.target, self.method, self.budget, self.graph, self.seed)
+
+    def record_path(self, spec: KernelSpec) -> Path:
+        return self.out / "kernels" / f"{spec.name}.json"
+
+    def log_path(self, spec: KernelSpec) -> Path:
+        return self.out / "logs" / f"{spec.name}.{self.method}.{self.graph or 'pass'}.jsonl"
+
+    def done(self, spec: KernelSpec) -> Tuned | None:
+        """The kernel's record when it can be reused as it is."""
+        record = read_tuned(self.record_path(spec))
+        if record is None or record.key != self.key(spec) or record.moves[:len(spec.prefix)] != spec.prefix:
+            return None
+        _, applied = replay_moves(spec.program, record.moves)
+        return record if list(applied) == list(record.moves) else None
+
+    def tune(self, spec: KernelSpec, runner: Runner | None, emit: Callable[[BuildEvent], None],
+             stop: Callable[[], bool]) -> Tuned:
+        directory = self.out / "kernels"
+        write_atomically(directory / f"{spec.name}.spec.dojo", spec.text.encode())
+        log = self.log_path(spec)
+        start, _ = replay_moves(spec.program, spec.prefix)
+        resume = _resumable(log, start)
+        emit(BuildEvent(spec.name, "resuming" if resume else "tuning",
+                        f"{spec.name}: {'resuming from' if resume else 'tuning, logging to'} {log}"))
+
+        def progress(p: TuneProgress) -> None:
+            speedup = "" if p.speedup is None else f" ({p.speedup:.2f}x)"
+            emit(BuildEvent(spec.name, "progress",
+                            f"{spec.name}: {p.evaluations}/{p.budget} evaluations, best {seconds(p.best_s)}{speedup}"))
+
+        result = tune(spec.program, self.method, self.budget, spec_path=f"{spec.name}.spec.dojo",
+                      graph=self.graph or "edges", target=self.target, runner=runner, time_limit_s=self.time_limit_s,
+                      log=log, resume=resume, seed=self.seed, on_progress=progress, should_stop=stop,
+                      prefix=spec.prefix, final_min_time_s=self.min_time_s, checkpoint=self.checkpoint)
+        if result.stopped_early:
+            raise _Stopped(spec.name)
+        write_atomically(directory / f"{spec.name}.dojo", to_text(result.program).encode())
+        tuned = Tuned(spec.name, text_hash(spec.program), self.target, self.method, self.budget, self.graph,
+                      self.seed, tuple(result.moves), result.time_s, result.spec_s, result.evaluations)
+        write_json(self.record_path(spec), tuned.to_json())
+        speedup = "" if result.speedup is None else f", {result.speedup:.2f}x"
+        emit(BuildEvent(spec.name, "tuned", f"{spec.name}: {self.method}: {len(result.moves)} moves, "
+                                            f"{seconds(result.spec_s)} -> {seconds(result.time_s)}{speedup} "
+                                            f"after {result.evaluations} evaluations"))
+        return tuned
+
+
+def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budget: int, name: str = "dojo",
+                  target: str = "native", graph: str = "edges", seed: int = 0, min_time_s: float = MIN_TIME_S,
+                  time_limit_s: float | None = None, checkpoint: Path | None = None, runner: Runner | None = None,
+                  cluster: Cluster | None = None, workers: int | None = None, peers: Sequence[str] = (),
+                  on_event: Callable[[BuildEvent], None] | None = None,
+                  should_stop: Callable[[], bool] | None = None) -> BuildResult:
+    """Tune `kernels` (skipping those already tuned in `out`) and write the library `name` into
+    `out`; see the module's docstring. `runner` times evaluations (default: this machine's) unless
+    `cluster` is given; `workers` caps the kernels tuned at once on the cluster. `peers` names the
+    peers to time for each library kernel (libgen/peers.py). Raises LibraryError for bad options or
+    a library that does not build, KeyboardInterrupt after stopping the searches cleanly when
+    interrupted (so is `should_stop`)."""
+    if not IDENTIFIER.fullmatch(name) or keyword.iskeyword(name):
+        raise LibraryError(f"the library's name `{name}` must be an identifier (letters, digits, `_`) that is "
+                           "not a Python keyword")
+    if method not in (*PASSES, *METHODS, AGENT):
+        raise LibraryError(f"unknown method `{method}`; expected one of {', '.join([*PASSES, *METHODS, AGENT])}")
+    if budget < 0:
+        raise LibraryError(f"the budget must be at least 0, not {budget}")
+    check_names(kernels)
+    chosen = get_target(target)
+    if chosen.language != "c":
+        raise LibraryError(f"a library is C: target {target} generates {chosen.language}")
+    if out.exists() and not out.is_dir():
+        raise LibraryError(f"{out}: error: not a directory")
+    for directory in (out, out / "kernels", out / "logs", out / "src"):
+        directory.mkdir(parents=True, exist_ok=True)
+    plan = _Plan(out, method, budget, target, graph if method in METHODS else "", seed, min_time_s, time_limit_s,
+                 checkpoint)
+    emit = on_event or (lambda _: None)
+
+    records: dict[str, Tuned] = {}
+    pending = []
+    for spec in kernels:
+        record = plan.done(spec)
+        if record is None:
+            pending.append(spec)
+            continue
+        records[spec.name] = record
+        emit(BuildEvent(spec.name, "skipped", f"{spec.name}: already tuned in {plan.record_path(spec)}, skipped"))
+    records.update(_tune_all(plan, pending, runner, cluster, workers, emit, should_stop))
+
+    if peers:
+        for spec in kernels:
+            record = records[spec.name]
+            if spec.library is None or {p for p, _ in record.peers} >= set(peers):
+                continue
+            times = peer_times(spec, peers)
+            records[spec.name] = record = replace(record, peers=tuple({**dict(record.peers), **dict(times)}.items()))
+            write_json(plan.record_path(spec), record.to_json())
+            emit(BuildEvent(spec.name, "peers", f"{spec.name}: " + ", ".join(
+                f"{peer} {seconds(time_s)}" for peer, time_s in times)))
+
+    manifest = _write_library(plan, name, chosen, kernels, records)
+    emit(BuildEvent("", "library", f"wrote {out / manifest['shared_library']}, {out / manifest['header']}, "
+                                   f"{out / manifest['module']} and {out / 'manifest.json'} "
+                                   f"({len(kernels)} kernels)"))
+    return BuildResult(out, manifest, tuple(s.name for s in pending), tuple(s.name for s in kernels
+                                                                             if s not in pending))
+
+
+def _tune_all(plan: _Plan, pending: Sequence[KernelSpec], runner: Runner | None, cluster: Cluster | None,
+              workers: int | None, emit: Callable[[BuildEvent], None],
+              should_stop: Callable[[], bool] | None) -> dict[str, Tuned]:
+    """Tune every pending kernel, several at once on a cluster; on an interruption, stop every
+    search (each ends after its current evaluation), keep what finished and re-raise."""
+    if not pending:
+        return {}
+    if cluster is not None:
+        runner = cluster.runner()
+        parallel = max(1, min(workers or cluster.slots, cluster.slots, len(pending)))
+    else:
+        runner = runner if runner is not None else LocalRunner()
+        parallel = 1
+    stopping = threading.Event()
+
+    def stop() -> bool:
+        if should_stop is not None and should_stop():
+            stopping.set()
+        return stopping.is_set()
+
+    if parallel > 1:
+        # the costliest first (a spec's operation count stands for its evaluations' cost), so that no
+        # long kernel is left running alone at the end while the other workers idle
+        pending = sorted(pending, key=lambda spec: -iterations(spec.program))
+    finished: dict[str, Tuned] = {}
+    with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="dojo-library") as pool:
+        futures = [pool.submit(plan.tune, spec, runner, emit, stop) for spec in pending]
+        try:
+            for spec, future in zip(pending, futures, strict=True):
+                try:
+                    finished[spec.name] = future.result()
+                except _Stopped:
+                    stopping.set()
+        except BaseException:
+            stopping.set()
+            for future in futures:
+                future.cancel()
+            raise
+    if stopping.is_set():
+        raise KeyboardInterrupt
+    return finished
+
+
+def _write_library(plan: _Plan, name: str, target: Target, kernels: Sequence[KernelSpec],
+                   records: dict[str, Tuned]) -> dict[str, Any]:
+    """The C units, the shared library, the header, the Python module and the manifest."""
+    prefix = name.upper()
+    entries, sources = [], []
+    for spec in kernels:
+        record = records[spec.name]
+        program, _ = replay_moves(spec.program, record.moves)
+        symbol = f"{name}_{spec.name}"
+        source = plan.out / "src" / f"{spec.name}.c"
+        write_atomically(source, csource.unit(program, symbol, prefix, target).encode())
+        sources.append(source)
+        description = spec.program.comments[0].lstrip("#").strip() if spec.program.comments else spec.origin
+        entries.append(entry(record, program, symbol, description, f"kernels/{spec.name}.dojo"))
+    shared = f"lib{name}.so"
+    csource.compile_library(sources, target, plan.out / shared)
+    write_atomically(plan.out / f"{name}.h", csource.header(name, prefix, entries).encode())
+    write_atomically(plan.out / f"{name}.py", module_text().encode())
+    manifest = {"format": FORMAT, "library": name, "target": plan.target, "shared_library": shared,
+                "header": f"{name}.h", "module": f"{name}.py", "kernels": entries}
+    write_json(plan.out / "manifest.json", manifest)
+    return manifest

@@ -1,0 +1,155 @@
+"""What goes into a library: each kernel's name, its spec and where it came from.
+
+    kernels = resolve(["softmax", "tuned/matmul.dojo"], shapes=["softmax.m=64", "n=128"])
+
+A name from the kernel library (`dojo_ir.library.KERNELS`) is that kernel at the paper's shape,
+at its quick or small shape (`base`), with some sizes replaced: `PARAM=SIZE` applies to every named
+library kernel that has the parameter, `KERNEL.PARAM=SIZE` to one. A `.dojo` file is its program;
+a derived file (one with a derivation) is tuned from its spec with its moves kept, as `dojo tune`
+does. The library function is named after the library kernel or the file's stem, so it must be an
+identifier that C and Python accept and not a name the Python module uses itself.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from dojo_ir import DojoError, Program, load
+from dojo_ir.derivation import spec_path
+from dojo_ir.library import KERNELS
+
+from . import runtime
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# what the generated Python module defines besides the kernels (runtime.py and pymodule.py's tail)
+RESERVED = frozenset({"library", "ops"} | {name for name in vars(runtime) if not name.startswith("_")})
+
+
+class LibraryError(Exception):
+    """A problem with the kernels named, the options or the directory; the message is for people
+    (a file's problems come as `FILE:LINE:COL: error: ...`)."""
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel of a library. `text` is the spec's text; `prefix` the moves a derived file had
+    already played from it; `library` and `shape` the library kernel and its sizes, when it is one
+    (the peers of bench/ know those); `origin` says where it came from, for messages."""
+
+    name: str
+    text: str
+    origin: str
+    prefix: tuple[str, ...] = ()
+    library: str | None = None
+    shape: tuple[tuple[str, int], ...] = ()
+
+    @cached_property
+    def program(self) -> Program:
+        return load(self.text)
+
+
+def _shape_overrides(pairs: Sequence[str], names: Sequence[str]) -> dict[str, dict[str, int]]:
+    """`PARAM=SIZE` and `KERNEL.PARAM=SIZE` as the sizes each named library kernel gets."""
+    library = [name for name in names if name in KERNELS]
+    overrides: dict[str, dict[str, int]] = {name: {} for name in library}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise LibraryError(f"--shape takes PARAM=SIZE or KERNEL.PARAM=SIZE, not `{pair}`")
+        kernel, dot, param = key.strip().rpartition(".")
+        targets = [kernel] if dot else [name for name in library if param in KERNELS[name].params]
+        if dot and kernel not in overrides:
+            raise LibraryError(f"--shape {pair}: `{kernel}` is not a library kernel named here")
+        if not targets or any(param not in KERNELS[name].params for name in targets):
+            where = f"`{kernel}` has" if dot else "no library kernel named here has"
+            raise LibraryError(f"--shape {pair}: {where} {'no' if dot else 'a'} shape parameter `{param}`")
+        for name in targets:
+            overrides[name][param] = int(value)
+    return overrides
+
+
+BASES = ("paper", "quick", "small")
+
+
+def library_kernel(kernel: str, name: str | None = None, base: str = "paper", **sizes: int) -> KernelSpec:
+    """The library kernel `kernel` at its `base` shape (the paper's, the quick one whose spec runs
+    in tens to hundreds of microseconds, or the tests' small one) with `sizes` replacing some of
+    its sizes, as the library function `name` (default: the kernel's name), so that one library can
+    hold a kernel at several shapes:
+
+        library_kernel("matmul", "scores", m=256, k=64, n=256)"""
+    if kernel not in KERNELS:
+        raise LibraryError(f"no library kernel `{kernel}`; the library has {', '.join(KERNELS)}")
+    generator = KERNELS[kernel]
+    if base not in BASES:
+        raise LibraryError(f"unknown base shape `{base}`; expected one of {', '.join(BASES)}")
+    base_params = {"paper": generator.params, "quick": generator.quick_params, "small": generator.small_params}
+    shape = {**base_params[base], **sizes}
+    try:
+        text = generator.generate(**shape)
+    except ValueError as error:
+        raise LibraryError(str(error)) from None
+    words = " ".join(f"{k}={v}" for k, v in shape.items())
+    return KernelSpec(name or kernel, text, f"library kernel {kernel} ({words})", library=kernel,
+                      shape=tuple(shape.items()))
+
+
+def _from_file(path: Path) -> KernelSpec:
+    def read(file: Path) -> tuple[str, Program]:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise LibraryError(f"{file}: error: cannot read: {error}") from None
+        try:
+            return text, load(text)
+        except DojoError as error:
+            raise LibraryError(error.format(str(file))) from None
+
+    text, program = read(path)
+    if program.derivation is None:
+        return KernelSpec(path.stem, text, str(path))
+    spec_text, _ = read(spec_path(program, path))
+    return KernelSpec(path.stem, spec_text, str(path), prefix=tuple(program.derivation.moves))
+
+
+def _check_name(spec: KernelSpec) -> None:
+    name = spec.name
+    if not IDENTIFIER.fullmatch(name) or keyword.iskeyword(name) or name.startswith("_") or name in RESERVED:
+        raise LibraryError(f"{spec.origin}: error: `{name}` cannot name a library function: it must be an "
+                           "identifier (letters, digits, `_`) not starting with `_`, not a Python keyword and "
+                           "not a name the library's Python module defines itself; rename the file")
+
+
+def resolve(names: Sequence[str], shapes: Sequence[str] = (), base: str = "paper") -> list[KernelSpec]:
+    """The kernels `names` name (library kernels or `.dojo` files), in order; see the module's
+    docstring. Raises LibraryError for an unknown name, a bad size, a file with errors or two
+    kernels with one name."""
+    if not names:
+        raise LibraryError("name at least one kernel: a library kernel or a .dojo file")
+    overrides = _shape_overrides(shapes, names)
+    specs = []
+    for name in names:
+        if name in KERNELS:
+            specs.append(library_kernel(name, base=base, **overrides[name]))
+        elif name.endswith(".dojo") or Path(name).exists():
+            specs.append(_from_file(Path(name)))
+        else:
+            raise LibraryError(f"no kernel `{name}`: neither a library kernel ({', '.join(KERNELS)}) nor a "
+                               ".dojo file")
+    check_names(specs)
+    return specs
+
+
+def check_names(specs: Sequence[KernelSpec]) -> None:
+    """Raise LibraryError unless every kernel can name a library function and no two share a name."""
+    seen: dict[str, str] = {}
+    for spec in specs:
+        _check_name(spec)
+        if spec.name in seen:
+            raise LibraryError(f"two kernels would be named `{spec.name}`: {seen[spec.name]} and {spec.origin}")
+        seen[spec.name] = spec.origin

@@ -1,0 +1,220 @@
+"""A library of kernels tuned by PerfDojo, for numpy and PyTorch.
+
+`dojo library build` copies this code into the library's directory as NAME.py (NAME the library's
+name, `dojo` by default) with three lines at the end that load the library beside it: its
+`manifest.json` and shared library. It needs numpy, and torch for the operators; nothing of
+PerfDojo.
+
+    import dojo                           # the library's directory on sys.path
+    y = dojo.softmax(x)                   # numpy arrays in, a new numpy array out
+    y = torch.ops.dojo.softmax(t)         # a PyTorch custom operator (also `dojo.ops.softmax`)
+    help(dojo.softmax)                    # its arrays: names, dtypes, shapes
+
+Each kernel takes its input arrays in the order of its kernel line and returns its output (a tuple
+when it has several), newly allocated. Arguments must have exactly the dtype and shape the kernel
+was tuned for and be C-contiguous (and, for torch, on the CPU); anything else raises TypeError
+(not an array, another dtype) or ValueError (another shape, not contiguous, another device) naming
+the kernel and the argument. The compiled code reads whole vectors at 64-byte boundaries, so an
+input that is not 64-byte aligned is copied first (numpy's arrays often are not; torch's are);
+outputs are allocated aligned.
+
+The operators are registered with `torch.library.custom_op`, with a fake implementation that gives
+the outputs' shapes and dtypes, so `torch.compile(..., fullgraph=True)` traces through them. They
+are inference operators: they have no gradient. ctypes releases the GIL while a C function runs,
+and each calling thread has its own workspace, so Python threads may call kernels at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ALIGNMENT = 64
+NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
+TORCH_DTYPES = {"f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64"}
+_SCHEMA_WORDS = frozenset({"self", "out"})  # argument names that mean something in a torch schema
+OK, ENOMEM, EALIGN = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Array:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.dtype} {list(self.shape)}"
+
+    @cached_property
+    def numpy_dtype(self) -> np.dtype:
+        return np.dtype(NUMPY_DTYPES[self.dtype])
+
+    @cached_property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.numpy_dtype.itemsize
+
+    def aligned_empty(self) -> np.ndarray:
+        """A new array of this dtype and shape, 64-byte aligned."""
+        raw = np.empty(self.nbytes + ALIGNMENT, np.uint8)
+        start = -raw.ctypes.data % ALIGNMENT
+        return raw[start:start + self.nbytes].view(self.numpy_dtype).reshape(self.shape)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One function of the library, as the manifest describes it."""
+
+    name: str
+    symbol: str
+    description: str
+    inputs: tuple[Array, ...]
+    outputs: tuple[Array, ...]
+
+    def doc(self) -> str:
+        ins = ", ".join(map(str, self.inputs))
+        outs = ", ".join(map(str, self.outputs))
+        return (f"{self.description}\n\n{self.name}({ins}) -> {outs}\n\n"
+                "C-contiguous arrays of exactly these dtypes and shapes.")
+
+    def check(self, position: int, array: Array, dtype: str | None, shape: tuple[int, ...], contiguous: bool,
+              expected_dtype: str) -> None:
+        """Raise for an argument whose dtype (None: not an array at all), shape or layout is wrong."""
+        where = f"{self.name}: argument {position + 1}, `{array.name}`,"
+        if dtype is None:
+            raise TypeError(f"{where} must be an array of {expected_dtype} with shape {array.shape}")
+        if dtype != expected_dtype:
+            raise TypeError(f"{where} must have dtype {expected_dtype}, not {dtype}")
+        if shape != array.shape:
+            raise ValueError(f"{where} must have shape {array.shape}, not {shape}")
+        if not contiguous:
+            raise ValueError(f"{where} must be C-contiguous (row-major, no gaps): copy it first "
+                             "(np.ascontiguousarray, Tensor.contiguous)")
+
+    def count(self, args: Sequence[Any]) -> None:
+        if len(args) != len(self.inputs):
+            names = ", ".join(a.name for a in self.inputs)
+            raise TypeError(f"{self.name}() takes {len(self.inputs)} arrays ({names}), {len(args)} given")
+
+
+class Library:
+    """The kernels of the library in `directory` (its manifest.json and shared library)."""
+
+    def __init__(self, directory: Path):
+        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+        self.name: str = manifest["library"]
+        self.kernels: dict[str, Kernel] = {
+            k["name"]: Kernel(k["name"], k["symbol"], k["description"],
+                              tuple(Array(a["name"], a["dtype"], tuple(a["shape"])) for a in k["inputs"]),
+                              tuple(Array(a["name"], a["dtype"], tuple(a["shape"])) for a in k["outputs"]))
+            for k in manifest["kernels"]}
+        self._dll = ctypes.CDLL(str(directory / manifest["shared_library"]))
+        self._functions: dict[str, Any] = {}
+        for kernel in self.kernels.values():
+            function = getattr(self._dll, kernel.symbol)
+            function.argtypes = [ctypes.c_void_p] * (len(kernel.inputs) + len(kernel.outputs))
+            function.restype = ctypes.c_int
+            self._functions[kernel.name] = function
+
+    def call(self, kernel: Kernel, pointers: Sequence[int]) -> None:
+        """Run `kernel` on the arrays at `pointers` (inputs, then outputs), which must be right."""
+        code = self._functions[kernel.name](*pointers)
+        if code == ENOMEM:
+            raise MemoryError(f"{kernel.name}: cannot allocate the kernel's workspace")
+        if code != OK:
+            raise RuntimeError(f"{kernel.name}: the library function returned {code}")
+
+    # -- numpy ------------------------------------------------------------------------------------
+
+    def numpy_function(self, kernel: Kernel) -> Callable[..., Any]:
+        def run(*args: np.ndarray) -> Any:
+            kernel.count(args)
+            pointers, copies = [], []
+            for position, (array, value) in enumerate(zip(kernel.inputs, args, strict=True)):
+                if not isinstance(value, np.ndarray):
+                    kernel.check(position, array, None, (), False, array.numpy_dtype.name)
+                if value.dtype != array.numpy_dtype or value.shape != array.shape or not value.flags.c_contiguous:
+                    kernel.check(position, array, value.dtype.name, value.shape, value.flags.c_contiguous,
+                                 array.numpy_dtype.name)
+                pointer = value.ctypes.data
+                if pointer % ALIGNMENT:
+                    aligned = array.aligned_empty()
+                    aligned[...] = value
+                    pointer = aligned.ctypes.data
+                    copies.append(aligned)  # alive until the call returns
+                pointers.append(pointer)
+            outputs = [array.aligned_empty() for array in kernel.outputs]
+            self.call(kernel, pointers + [a.ctypes.data for a in outputs])
+            return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+        run.__name__ = run.__qualname__ = kernel.name
+        run.__doc__ = kernel.doc()
+        return run
+
+    def numpy_functions(self) -> dict[str, Callable[..., Any]]:
+        return {name: self.numpy_function(kernel) for name, kernel in self.kernels.items()}
+
+    # -- torch ------------------------------------------------------------------------------------
+
+    def torch_ops(self) -> Any:
+        """Register every kernel as the operator `torch.ops.LIBRARY.KERNEL` (once per process) and
+        return `torch.ops.LIBRARY`; None when torch is not installed."""
+        try:
+            import torch
+        except ImportError:
+            return None
+        namespace = getattr(torch.ops, self.name)
+        for kernel in self.kernels.values():
+            if hasattr(namespace, kernel.name):  # this library was loaded before in this process
+                continue
+            names = [f"{a.name}_" if a.name in _SCHEMA_WORDS else a.name for a in kernel.inputs]
+            results = ", ".join("Tensor" for _ in kernel.outputs)
+            schema = f"({', '.join(f'Tensor {n}' for n in names)}) -> " + (
+                results if len(kernel.outputs) == 1 else f"({results})")
+            op = torch.library.custom_op(f"{self.name}::{kernel.name}", self._torch_run(torch, kernel),
+                                         mutates_args=(), schema=schema)
+            op.register_fake(self._torch_fake(torch, kernel))
+        return namespace
+
+    def _torch_check(self, torch: Any, kernel: Kernel, tensors: Sequence[Any]) -> None:
+        kernel.count(tensors)
+        for position, (array, tensor) in enumerate(zip(kernel.inputs, tensors, strict=True)):
+            expected = TORCH_DTYPES[array.dtype]
+            if not isinstance(tensor, torch.Tensor):
+                kernel.check(position, array, None, (), False, expected)
+            if (tensor.dtype is getattr(torch, expected) and tensor.shape == array.shape and tensor.is_contiguous()
+                    and tensor.device.type == "cpu"):
+                continue
+            kernel.check(position, array, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape),
+                         tensor.is_contiguous(), expected)
+            raise ValueError(f"{kernel.name}: argument {position + 1}, `{array.name}`, must be on the CPU, "
+                             f"not {tensor.device}")
+
+    def _torch_outputs(self, torch: Any, kernel: Kernel) -> list[Any]:
+        return [torch.empty(a.shape, dtype=getattr(torch, TORCH_DTYPES[a.dtype])) for a in kernel.outputs]
+
+    def _torch_run(self, torch: Any, kernel: Kernel) -> Callable[..., Any]:
+        def run(*tensors: Any) -> Any:
+            self._torch_check(torch, kernel, tensors)
+            # torch's CPU allocator aligns to 64 bytes, so a copy is aligned where a view may not be
+            given = [t if t.data_ptr() % ALIGNMENT == 0 else t.clone() for t in tensors]
+            outputs = self._torch_outputs(torch, kernel)
+            self.call(kernel, [t.data_ptr() for t in given + outputs])
+            return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+        return run
+
+    def _torch_fake(self, torch: Any, kernel: Kernel) -> Callable[..., Any]:
+        def fake(*tensors: Any) -> Any:
+            self._torch_check(torch, kernel, tensors)
+            outputs = self._torch_outputs(torch, kernel)
+            return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+        return fake

@@ -1,0 +1,173 @@
+"""`dojo library build`: what is skipped and what resumes after an interruption, the records and
+the errors."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.evaluate import text_hash
+from dojo_ir import load
+from dojo_ir.library import KERNELS
+from libgen import BuildEvent, LibraryError, build_library, resolve
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def dojo(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def _log(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_an_interrupted_build_keeps_finished_kernels_and_resumes_the_half_finished_search(tmp_path: Path) -> None:
+    kernels = resolve(["softmax", "matmul"], base="small")
+    matmul_log = tmp_path / "logs" / "matmul.sa.edges.jsonl"
+    options = {"method": "sa", "budget": 8, "name": "lg_resume", "min_time_s": 0.01}
+
+    def interrupted() -> bool:  # like Ctrl-C once the second kernel has three evaluations logged
+        return matmul_log.exists() and len(matmul_log.read_text().splitlines()) >= 3
+
+    with pytest.raises(KeyboardInterrupt):
+        build_library(kernels, tmp_path, should_stop=interrupted, **options)
+    assert (tmp_path / "kernels" / "softmax.json").exists()
+    assert not (tmp_path / "kernels" / "matmul.json").exists()  # not finished: no record
+    assert not (tmp_path / "manifest.json").exists()
+    softmax_record = (tmp_path / "kernels" / "softmax.json").read_bytes()
+    softmax_log = (tmp_path / "logs" / "softmax.sa.edges.jsonl").read_bytes()
+    before = _log(matmul_log)
+    assert len(before) >= 3
+
+    events: list[BuildEvent] = []
+    result = build_library(kernels, tmp_path, on_event=events.append, **options)
+    kinds = {(e.kernel, e.kind) for e in events}
+    assert ("softmax", "skipped") in kinds and ("softmax", "tuning") not in kinds
+    assert ("matmul", "resuming") in kinds
+    assert result.skipped == ("softmax",) and result.tuned == ("matmul",)
+    assert (tmp_path / "kernels" / "softmax.json").read_bytes() == softmax_record
+    assert (tmp_path / "logs" / "softmax.sa.edges.jsonl").read_bytes() == softmax_log
+    after = _log(matmul_log)
+    assert after[:len(before)] == before  # the finished evaluations were kept, not redone
+    assert [e["index"] for e in after] == list(range(len(after))) and len(after) <= options["budget"] + 1
+    assert len({e["hash"] for e in after}) == len(after)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    matmul = next(k for k in manifest["kernels"] if k["name"] == "matmul")
+    assert matmul["evaluations"] == len(after) - 1 and matmul["spec_hash"] == text_hash(kernels[1].program)
+
+
+def test_another_shape_or_budget_is_tuned_again(tmp_path: Path) -> None:
+    options = {"method": "random", "budget": 2, "name": "lg_again", "min_time_s": 0.01}
+    build_library(resolve(["softmax"], ["m=3"], base="small"), tmp_path, **options)
+    log = tmp_path / "logs" / "softmax.random.edges.jsonl"
+    first = _log(log)
+    events: list[BuildEvent] = []
+    build_library(resolve(["softmax"], ["m=3"], base="small"), tmp_path, on_event=events.append,
+                  **{**options, "budget": 4})
+    assert [e.kind for e in events if e.kernel == "softmax"][0] == "resuming"  # a larger budget extends the search
+    assert _log(log)[:len(first)] == first and len(_log(log)) > len(first)
+    events.clear()
+    build_library(resolve(["softmax"], ["softmax.m=4"], base="small"), tmp_path, on_event=events.append, **options)
+    assert [e.kind for e in events if e.kernel == "softmax"][0] == "tuning"  # another spec: its log starts afresh
+    record = json.loads((tmp_path / "kernels" / "softmax.json").read_text())
+    assert record["spec_hash"] == text_hash(load(KERNELS["softmax"].generate(m=4, n=5)))
+    assert _log(log)[0]["hash"] != first[0]["hash"]
+
+
+def test_the_command_line_stops_on_ctrl_c_and_goes_on_when_run_again(tmp_path: Path) -> None:
+    out = tmp_path / "lib"
+    command = [sys.executable, "-m", "server.cli", "library", "build", "softmax", "matmul", "--small", "--method",
+               "sa", "--budget", "40", "--min-time", "0", "--out", str(out), "--name", "lg_cli"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    record = out / "kernels" / "softmax.json"
+    deadline = time.monotonic() + 300
+    while not record.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr and "the same command goes on from there" in stderr
+    assert record.exists() and not (out / "manifest.json").exists()
+
+    done = dojo(*command[3:], "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["skipped"] == ["softmax"] and summary["tuned"] == ["matmul"]
+    assert "softmax: already tuned" in done.stderr and "matmul: resuming from" in done.stderr
+    assert (out / "liblg_cli.so").exists() and [k["name"] for k in summary["kernels"]] == ["softmax", "matmul"]
+    replayed = dojo("replay", str(out / "kernels" / "softmax.dojo"), str(out / "kernels" / "matmul.dojo"))
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+
+
+def test_a_file_and_a_derived_file_are_kernels_named_after_the_file(tmp_path: Path) -> None:
+    spec = tmp_path / "rows.dojo"
+    spec.write_text(KERNELS["softmax"].small())
+    derived = tmp_path / "fused.dojo"
+    assert dojo("apply", str(spec), "join_scopes(op=m#1, depth=0)", "--record", "-o", str(derived)).returncode == 0
+    result = build_library(resolve([str(spec), str(derived)]), tmp_path / "lib", method="naive", budget=1,
+                           name="lg_files", min_time_s=0.01)
+    rows, fused = result.manifest["kernels"]
+    assert rows["name"] == "rows" and fused["name"] == "fused"
+    assert fused["moves"][0] == "join_scopes(op=m#1, depth=0)"  # a derived file keeps its moves
+    assert rows["spec_hash"] == fused["spec_hash"] == text_hash(load(spec.read_text()))
+
+
+@pytest.mark.parametrize(("names", "shapes", "message"), [
+    (["nope"], [], "no kernel `nope`: neither a library kernel"),
+    (["softmax"], ["q=3"], "no library kernel named here has a shape parameter `q`"),
+    (["softmax"], ["matmul.k=3"], "`matmul` is not a library kernel named here"),
+    (["softmax"], ["m=x"], "--shape takes PARAM=SIZE or KERNEL.PARAM=SIZE"),
+    (["softmax"], ["m=0"], "shape parameter m must be a positive integer"),
+    ([], [], "name at least one kernel"),
+])
+def test_bad_kernels_or_shapes_are_refused(names: list[str], shapes: list[str], message: str) -> None:
+    with pytest.raises(LibraryError, match=message):
+        resolve(names, shapes)
+
+
+def test_bad_files_and_names_are_refused_with_positions(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.dojo"
+    bad.write_text("kernel bad(x) -> y\n\nx f32 [4] heap\ny f32 [4] heap\n\n4 y[{1}] = x[{0}]\n")
+    with pytest.raises(LibraryError, match=r"bad\.dojo:6:\d+: error: "):
+        resolve([str(bad)])
+    dashed = tmp_path / "my-kernel.dojo"
+    dashed.write_text(KERNELS["relu"].small())
+    with pytest.raises(LibraryError, match="`my-kernel` cannot name a library function"):
+        resolve([str(dashed)])
+    same = tmp_path / "softmax.dojo"
+    same.write_text(KERNELS["softmax"].small())
+    with pytest.raises(LibraryError, match="two kernels would be named `softmax`"):
+        resolve(["softmax", str(same)])
+    with pytest.raises(LibraryError, match="library's name `my-lib`"):
+        build_library(resolve(["relu"], base="small"), tmp_path, method="naive", budget=1, name="my-lib")
+    with pytest.raises(LibraryError, match="a library is C: target cuda"):
+        build_library(resolve(["relu"], base="small"), tmp_path, method="naive", budget=1, target="cuda")
+
+
+def test_the_command_line_reports_errors_as_people_read_them(tmp_path: Path) -> None:
+    done = dojo("library", "build", "nope", "--method", "sa", "--out", str(tmp_path))
+    assert done.returncode == 1 and done.stderr.startswith("dojo library build: error: no kernel `nope`")
+    bad = tmp_path / "k.dojo"
+    bad.write_text("kernel k(x) -> y\n")
+    done = dojo("library", "build", str(bad), "--method", "sa", "--out", str(tmp_path))
+    assert done.returncode == 1 and done.stderr.startswith(f"{bad}:1:")
+    done = dojo("library", "build", "relu", "--method", "sa", "--out", str(tmp_path), "--ray", "local", "--runner",
+                "http://localhost:1")
+    assert done.returncode == 1 and "--ray and --runner exclude each other" in done.stderr
+
+
+def test_peers_are_timed_on_request_and_recorded(tmp_path: Path) -> None:
+    result = build_library(resolve(["softmax"], base="small"), tmp_path, method="naive", budget=1, name="lg_peers",
+                           min_time_s=0.01, peers=["numpy"])
+    (softmax,) = result.manifest["kernels"]
+    assert set(softmax["peers"]) == {"numpy"} and softmax["peers"]["numpy"] > 0
+    record = json.loads((tmp_path / "kernels" / "softmax.json").read_text())
+    assert record["peers"] == softmax["peers"]
