@@ -131,7 +131,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     if kernel is None:
         raise CommandError(f"dojo kernels: error: no kernel `{args.name}`; expected one of {', '.join(KERNELS)}")
     try:
-        text = kernel.small() if args.small else kernel.text(**_shape(args.shape))
+        text = kernel.small() if args.small else kernel.quick() if args.quick else kernel.text(**_shape(args.shape))
     except ValueError as error:
         raise CommandError(f"dojo kernels: error: {error}") from None
     if args.out:
@@ -548,7 +548,10 @@ def build_parser() -> argparse.ArgumentParser:
     kernels = commands.add_parser("kernels", help="list the kernel library, or write one kernel at a chosen shape")
     kernels.add_argument("name", nargs="?", metavar="NAME")
     kernels.add_argument("--shape", nargs="*", default=[], metavar="PARAM=SIZE", help="override the paper's shape")
-    kernels.add_argument("--small", action="store_true", help="the small shape the tests use")
+    sized = kernels.add_mutually_exclusive_group()
+    sized.add_argument("--small", action="store_true", help="the small shape the tests use")
+    sized.add_argument("--quick", action="store_true", help="the quick shape (a spec of tens to hundreds of "
+                       "microseconds) the agent trains on")
     kernels.add_argument("--out", "-o", metavar="FILE", help="write to FILE instead of standard output")
     kernels.set_defaults(run=cmd_kernels)
 

@@ -113,6 +113,7 @@ def test_kernels_lists_the_library_and_writes_one_at_a_chosen_shape(tmp_path: Pa
     assert dojo("kernels", "matmul", "--shape", "m=4", "k=6", "n=8", "-o", str(out)).returncode == 0
     assert out.read_text() == KERNELS["matmul"].text(m=4, k=6, n=8)
     assert dojo("check", str(out)).returncode == 0
+    assert dojo("kernels", "softmax", "--quick").stdout == KERNELS["softmax"].quick()
 
 
 def test_kernels_rejects_an_unknown_kernel_or_parameter() -> None:
