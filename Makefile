@@ -59,6 +59,8 @@ test: install $(BENCH_STAMP) editors
 lint: install
 	$(BIN)/python -m ruff check .
 
+# Every figure of the README, in about seven hours on 2 cores: run it on a machine
+# with nothing else to do, since the timings share its cores.
 bench: install $(BENCH_STAMP)
 	$(BIN)/python bench/parse_speed.py
 	$(BIN)/python bench/interpreter_speed.py
@@ -78,6 +80,8 @@ bench: install $(BENCH_STAMP)
 	    --runs sa:edges random:edges --budget 1000 --out bench/results/convergence_edges_runs \
 	    --report bench/results/convergence_edges.md
 	$(BIN)/python bench/agent_heldout.py
+	$(BIN)/python bench/library_ray.py
+	$(BIN)/python bench/transformer_block.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis editors/vscode/node_modules editors/vscode/dist

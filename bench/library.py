@@ -7,8 +7,8 @@ ONNX Runtime and TVM MetaSchedule, each against the roofline bound of this machi
     python bench/library.py --kernels softmax relu --peers torch tvm --tvm-trials 64 --scale 4
     python bench/library.py --convergence a.jsonl b.jsonl    # also plot best time against evaluations
 
-Per kernel: the machine's limits (`runner.roofline.machine_limits`), the roofline bound of the spec
-(`work`, `bound_s`), each peer's time (bench/peers: warm-up, then repetitions on preallocated inputs until
+The machine's limits are measured again at the start (`runner.roofline.machine_limits(refresh=True)`).
+Per kernel: the roofline bound of the spec (`work`, `bound_s`), each peer's time (bench/peers: warm-up, then repetitions on preallocated inputs until
 0.5 s are timed, median, holding the runner's `bench.lock` as `dojo run` does; inputs
 `dojo_ir.random_inputs(spec, 0)`, as the runner's; the output checked against numpy in float64 within a
 relative 1e-3, else "wrong numbers") and PerfDojo's: the tuned program
@@ -523,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     load_before = ", ".join(f"{v:.2f}" for v in os.getloadavg())
-    machine = machine_limits()
+    machine = machine_limits(refresh=True)  # this run's own: a cached figure may date from a busy hour
     rows = []
     changes = []
     rereads: list[str] = []
