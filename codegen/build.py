@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import time
 import uuid
@@ -60,8 +61,10 @@ def cache_key(source: str, target: Target) -> str:
     return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
 
 
-def build(source: str, target: Target, cache_dir: Path | None = None) -> Binary:
-    """The binary of `source` for `target`, compiled unless already cached."""
+def build(source: str, target: Target, cache_dir: Path | None = None, time_limit_s: float = _TIMEOUT_S) -> Binary:
+    """The binary of `source` for `target`, compiled unless already cached. A compiler still
+    running after `time_limit_s` is killed with everything it started (gcc's cc1 would go on
+    alone) and the build fails: a program with large scopes unrolled can take gcc minutes."""
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
     key = cache_key(source, target)
@@ -76,17 +79,34 @@ def build(source: str, target: Target, cache_dir: Path | None = None) -> Binary:
     command = [*target.compiler, str(source_tmp), "-o", str(binary_tmp), *target.flags]
     start = time.perf_counter()
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT_S)
+        returncode, stderr = _compile(command, time_limit_s)
     except (OSError, subprocess.TimeoutExpired) as error:
         source_tmp.unlink(missing_ok=True)
         binary_tmp.unlink(missing_ok=True)
+        if isinstance(error, subprocess.TimeoutExpired):
+            raise BuildError(f"{target.compiler[-1]} did not finish compiling for target {target.name} within "
+                             f"{time_limit_s:g} s, killed (a program with large scopes unrolled is long to compile)"
+                             ) from None
         raise BuildError(f"cannot run {target.compiler[-1]} for target {target.name}: {error}") from error
     elapsed = time.perf_counter() - start
-    if result.returncode != 0:
+    if returncode != 0:
         source_tmp.unlink(missing_ok=True)
         binary_tmp.unlink(missing_ok=True)
-        stderr = "\n".join(result.stderr.splitlines()[:_STDERR_LINES])
-        raise BuildError(f"{target.compiler[-1]} failed for target {target.name} (exit {result.returncode}):\n{stderr}")
+        stderr = "\n".join(stderr.splitlines()[:_STDERR_LINES])
+        raise BuildError(f"{target.compiler[-1]} failed for target {target.name} (exit {returncode}):\n{stderr}")
     os.replace(source_tmp, directory / f"{key}{extension}")
     os.replace(binary_tmp, path)
     return Binary(path, elapsed, False)
+
+
+def _compile(command: list[str], time_limit_s: float) -> tuple[int, str]:
+    """Run the compiler in a session of its own, so that a time limit kills the whole of it."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        _, stderr = process.communicate(timeout=time_limit_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return process.returncode, stderr

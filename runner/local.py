@@ -19,10 +19,12 @@ with its temporaries in their own precision and in f64, and a program passes bet
 reductions summed in order drift, and vectorized partial sums land nearer the exact result). The
 reference interpreter computes them when the spec is small (at most INTERPRET_LIMIT iterations of its
 operations), else the spec compiled for the same target with its scheduling stripped, run once
-without timing. They are remembered per spec, so a search that measures many programs of one spec computes them once.
+without timing. They are remembered per spec, so a search that measures many programs of one spec
+computes them once.
 
 Isolation. The binary runs in a child process in its own session, so that a time limit kills
-it and everything it started. `ulimit -v` bounds its address space (emulated targets get
+it and everything it started; the compiler gets the same time limit (`time_limit_s`), as a
+program with large scopes unrolled can keep gcc busy for minutes. `ulimit -v` bounds its address space (emulated targets get
 EMULATOR_HEADROOM more for qemu's own mappings; GPU targets none, as their drivers reserve far more
 address space than they use) and core dumps are off. A signal, a non-zero exit, a time limit hit,
 or outputs of the wrong size or number of times come back as a RunResult with `error` set: `run`
@@ -263,7 +265,8 @@ class LocalRunner:
             return failed(f"target {chosen.name} cannot run on this machine")
         started = time.perf_counter()
         try:
-            binary = build(generate(program, chosen), chosen, cache_dir=self.cache_dir)
+            binary = build(generate(program, chosen), chosen, cache_dir=self.cache_dir,
+                           time_limit_s=self.time_limit_s)
         except (BuildError, DojoError, ValueError) as error:
             return failed(f"cannot build for {chosen.name}: {error}", time.perf_counter() - started)
         compile_s = time.perf_counter() - started
@@ -309,7 +312,8 @@ class LocalRunner:
             for wide in (False, True):
                 sequential = unscheduled(spec, wide)
                 try:
-                    binary = build(generate(sequential, target), target, cache_dir=self.cache_dir)
+                    binary = build(generate(sequential, target), target, cache_dir=self.cache_dir,
+                                   time_limit_s=self.time_limit_s)
                 except (BuildError, DojoError, ValueError) as error:
                     return None, f"cannot build the spec for reference outputs: {error}"
                 outcome = self._execute(binary.path, target, sequential, given, work / "reference.bin", 0, 0)

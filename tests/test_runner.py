@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from codegen import generate
-from codegen.build import build
+from codegen.build import BuildError, build
 from codegen.targets import get_target
 from dojo_ir import load, random_inputs, to_text
 from dojo_ir.derivation import record
@@ -187,6 +189,22 @@ def test_hitting_the_time_limit_gives_an_error(cache: Path) -> None:
     result = LocalRunner(cache_dir=cache, time_limit_s=1).run(load(ENDLESS), repeats=1, warmup=0)
     assert result.error is not None and "time limit" in result.error
     assert result.median_s is None
+
+
+def test_a_compiler_past_the_time_limit_is_killed_with_what_it_started(tmp_path: Path) -> None:
+    """gcc runs cc1 in a process of its own; killing gcc alone left cc1 compiling for minutes."""
+    pid_file = tmp_path / "cc1.pid"
+    script = f'[ "$1" = --version ] && exit 0; sleep 60 & echo $! > {pid_file}; wait'
+    slow = replace(get_target("native"), compiler=("sh", "-c", script, "sh"))
+    with pytest.raises(BuildError, match="did not finish compiling for target native within 1 s"):
+        build("int main(void) { return 0; }", slow, cache_dir=tmp_path, time_limit_s=1)
+    child = int(pid_file.read_text())
+    for _ in range(50):  # the kill is immediate; reaping the orphan takes init a moment
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the compiler's child outlived the time limit")
 
 
 def test_exceeding_the_memory_limit_gives_an_error(cache: Path) -> None:
