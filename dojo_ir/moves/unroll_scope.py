@@ -4,24 +4,29 @@
 
 `unroll_scope(op=X, depth=d)` marks the sequential scope at depth d around
 operation X `:u`: the code generator writes its N iterations out one after the
-other. Legal for N <= 32, which keeps the generated code small, when the
-nesting rules of `mapping.py` still hold (no GPU scope may end up inside a
-`:u`). Always keeps the meaning: the iterations run in the same order. The
-inverse is `unmap_scope`.
+other. Legal for N <= 32 when the nest of unrolled scopes it joins writes out
+at most 64 copies of a body (N times the sizes of the `:u` scopes around it and
+of those along any path inside it), which keeps the generated code small: gcc
+took minutes over a 16 x 32 unrolled reduction. Also only when the nesting
+rules of `mapping.py` still hold (no GPU scope may end up inside a `:u`).
+Always keeps the meaning: the iterations run in the same order. The inverse is
+`unmap_scope`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from math import prod
 
 from ..tree import Program, Scope
-from .base import Analysis, Move, iter_paths
+from .base import Analysis, Move, iter_paths, node_at
 from .mapping import nesting_problem, with_kind
 
 NAME = "unroll_scope"
 TITLE = "Unroll the scope"
 
 MAX_SIZE = 32
+MAX_COPIES = 64
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
@@ -37,7 +42,19 @@ def why_not(a: Analysis, move: Move) -> str | None:
         return f"the scope is already mapped (`{scope.token}`); only a sequential scope can be unrolled"
     if scope.size > MAX_SIZE:
         return f"the scope has {scope.size} iterations; only scopes of at most {MAX_SIZE} are unrolled"
+    around = prod(node_at(a.program.body, path[:k]).size for k in range(1, len(path))
+                  if node_at(a.program.body, path[:k]).kind == "u")
+    copies = around * scope.size * _unrolled_inside(scope)
+    if copies > MAX_COPIES:
+        return (f"unrolled with the `:u` scopes around and inside it, the scope would write out {copies} copies of "
+                f"a body; at most {MAX_COPIES} are")
     return nesting_problem(a, path, "u")
+
+
+def _unrolled_inside(scope: Scope) -> int:
+    """The most copies of a body that the `:u` scopes inside `scope` write out along one path."""
+    return max(((child.size if child.kind == "u" else 1) * _unrolled_inside(child)
+                for child in scope.body if isinstance(child, Scope)), default=1)
 
 
 def rewrite(a: Analysis, move: Move) -> Program:
@@ -96,6 +113,17 @@ x f32 [64] heap
 y f32 [64] heap
 
 64 y[{0}] = x[{0}] * 2
+""",
+        "unroll_scope(op=y, depth=0)",
+    ),
+    (
+        # 16 x 8 copies of the body: more than 64.
+        """kernel k(x) -> y
+
+x f32 [16, 8] heap
+y f32 [16, 8] heap
+
+16 8:u y[{0},{1}] = x[{0},{1}] * 2
 """,
         "unroll_scope(op=y, depth=0)",
     ),
