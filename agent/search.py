@@ -31,7 +31,7 @@ import random
 from collections.abc import Sequence
 
 from codegen.targets import Target
-from dojo_ir.moves import Move
+from dojo_ir.moves import Move, of_a_random_kind
 
 from .evaluate import INF, BudgetExhausted, Evaluator, text_hash
 from .legal import legal_moves
@@ -40,13 +40,8 @@ from .passes import heuristic as heuristic_pass
 T0, T1 = 0.2, 0.005  # simulated annealing: accept a 20% slow-down with probability 1/e at first
 _TRIES_PER_EVALUATION = 300  # proposals in a row that meet only known programs before a search gives up
 def _pick_move(rng: random.Random, legal: list[Move]) -> Move | None:
-    """A kind first, then a place: otherwise the kinds with many places (split factors) crowd
-    out the others (as dojo_ir.fuzz does)."""
-    if not legal:
-        return None
-    kinds = sorted({m.name for m in legal})
-    kind = rng.choice(kinds)
-    return rng.choice([m for m in legal if m.name == kind])
+    """A random legal move, of a random kind (`of_a_random_kind`)."""
+    return legal[of_a_random_kind(rng, [m.name for m in legal])] if legal else None
 
 
 # -- the graphs ------------------------------------------------------------------------------

@@ -7,17 +7,16 @@ ONNX Runtime and TVM MetaSchedule, each against the roofline bound of this machi
     python bench/library.py --kernels softmax relu --peers torch tvm --tvm-trials 64 --scale 4
     python bench/library.py --convergence a.jsonl b.jsonl    # also plot best time against evaluations
 
-The machine's limits are measured again at the start (`runner.roofline.machine_limits(refresh=True)`).
-Per kernel: the roofline bound of the spec (`work`, `bound_s`), each peer's time (bench/peers: warm-up, then repetitions on preallocated inputs until
-0.5 s are timed, median, holding the runner's `bench.lock` as `dojo run` does; inputs
-`dojo_ir.random_inputs(spec, 0)`, as the runner's; the output checked against numpy in float64 within a
-relative 1e-3, else "wrong numbers") and PerfDojo's: the tuned program
-`DIR/<kernel>.dojo` measured by `runner.measure.measure(LocalRunner(), program, spec=spec)` (at least 1 s
-timed, verified against the spec), or the spec itself, marked "untuned", when there is none. Every peer runs
-in a forked child with a time limit, so a crash, a hang or an exception is a recorded failure, not the end
-of the run. Results: bench/results/library.md and the plots bench/results/library_speedup_<peer>.png
-(Figure 1b/14 style) and, with --convergence, bench/results/library_convergence.png (Figure 13 style).
-"""
+The machine's limits are measured again at the start (`runner.roofline.machine_limits(refresh=True)`). Per
+kernel: the roofline bound of the spec (`work`, `bound_s`), each peer's time (bench/peers: warm-up, then
+repetitions on preallocated inputs until 0.5 s are timed, median, holding the runner's `bench.lock` as `dojo
+run` does; inputs `dojo_ir.random_inputs(spec, 0)`, as the runner's; the output checked against numpy in
+float64 within a relative 1e-3, else "wrong numbers") and PerfDojo's: the tuned program `DIR/<kernel>.dojo`
+measured by `runner.measure.measure(LocalRunner(), program, spec=spec)` (at least 1 s timed, verified
+against the spec), or the spec itself, marked "untuned", when there is none. Every peer runs in a forked
+child with a time limit, so a crash, a hang or an exception is a recorded failure, not the end of the run.
+Results: bench/results/library.md and the plots bench/results/library_speedup_<peer>.png (Figure 1b/14
+style) and, with --convergence, bench/results/library_convergence.png (Figure 13 style)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from .checker import check
 from .errors import DojoError
 from .interpreter import interpret, random_inputs
 from .library import KERNELS
-from .moves import Analysis, apply, find
+from .moves import Analysis, apply, find, of_a_random_kind
 from .parser import parse
 from .printer import to_text
 from .tree import Program
@@ -82,11 +82,7 @@ def walk(kernel: str, steps: int, rng: random.Random) -> tuple[list[str], Failur
         legal = find(program, analysis)
         if not legal:
             break
-        # A kind first, then a place: otherwise the kinds with many places
-        # (split sizes, mappings) crowd out fusion and storage reuse.
-        kinds = sorted({m.name for m in legal})
-        kind = rng.choice(kinds)
-        move = rng.choice([m for m in legal if m.name == kind])
+        move = legal[of_a_random_kind(rng, [m.name for m in legal])]
         played.append(str(move))
         try:
             program = apply(program, move, analysis)

@@ -22,13 +22,13 @@ operations), else the spec compiled for the same target with its scheduling stri
 without timing. They are remembered per spec, so a search that measures many programs of one spec
 computes them once.
 
-Isolation. The binary runs in a child process in its own session, so that a time limit kills
-it and everything it started; the compiler gets the same time limit (`time_limit_s`), as a
-program with large scopes unrolled can keep gcc busy for minutes. `ulimit -v` bounds its address space (emulated targets get
-EMULATOR_HEADROOM more for qemu's own mappings; GPU targets none, as their drivers reserve far more
-address space than they use) and core dumps are off. A signal, a non-zero exit, a time limit hit,
-or outputs of the wrong size or number of times come back as a RunResult with `error` set: `run`
-raises only for invalid arguments (an unknown target, a negative count).
+Isolation. The binary runs in a child process in its own session, so that a time limit kills it and
+everything it started; the compiler gets the same time limit (`time_limit_s`), as a program with
+large scopes unrolled can keep gcc busy for minutes. `ulimit -v` bounds its address space (emulated
+targets get EMULATOR_HEADROOM more for qemu's own mappings; GPU targets none, as their drivers
+reserve far more address space than they use) and core dumps are off. A signal, a non-zero exit, a
+time limit hit, or outputs of the wrong size or number of times come back as a RunResult with
+`error` set: `run` raises only for invalid arguments (an unknown target, a negative count).
 
 Noise. Benchmarks never overlap on the same cores: a timed run holds an exclusive `flock` on
 `bench.cpuN.lock` in the cache directory for each CPU N of its affinity set

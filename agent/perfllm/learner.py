@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from dojo_ir.moves import of_a_random_kind
+
 from .qnet import DuelingQNet, segment_argmax
 from .replay import ReplayBuffer, Transition
 
@@ -71,16 +73,12 @@ def epsilon_at(episode: int, start: float, end: float, decay_episodes: int) -> f
 def choose(q: torch.Tensor, epsilon: float, rng: random.Random, kinds: Sequence[str] | None = None) -> int:
     """An index into `q`, the legal actions' values: with probability epsilon a random one, else
     the best (the first of equals). With `kinds`, the kind of each action (the move's name), the
-    random one is of a random kind: a program has dozens of split factors for each vectorisation
-    or parallelisation, and drawing actions uniformly would explore little else (as `dojo fuzz`
-    and the searches draw a kind first)."""
+    random one is of a random kind (`of_a_random_kind`): a program has dozens of split factors for
+    each vectorisation or parallelisation, and drawing uniformly would explore little else."""
     if len(q) == 0:
         raise ValueError("no action to choose from: the stop action is always legal, so pass it")
     if rng.random() < epsilon:
-        if kinds is None:
-            return rng.randrange(len(q))
-        kind = rng.choice(sorted(set(kinds)))
-        return rng.choice([i for i, k in enumerate(kinds) if k == kind])
+        return rng.randrange(len(q)) if kinds is None else of_a_random_kind(rng, kinds)
     return int(torch.argmax(q))
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Sequence
 from types import ModuleType
 
 from ..tree import Program
@@ -75,4 +76,12 @@ def apply(program: Program, move: Move | str, analysis: Analysis | None = None) 
     return kind.rewrite(a, move)
 
 
-__all__ = ["KINDS", "Analysis", "IllegalMove", "Move", "apply", "find", "parse_move", "why_not"]
+def of_a_random_kind(rng: random.Random, kinds: Sequence[str]) -> int:
+    """The index of a random entry of `kinds`, the names of some moves, drawn a kind first and
+    then a place: drawn uniformly, the kinds with many places (a split's factors) crowd out the
+    others. The fuzzer, the searches and the agent's exploration all draw so."""
+    kind = rng.choice(sorted(set(kinds)))
+    return rng.choice([i for i, k in enumerate(kinds) if k == kind])
+
+
+__all__ = ["KINDS", "Analysis", "IllegalMove", "Move", "apply", "find", "of_a_random_kind", "parse_move", "why_not"]
