@@ -153,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = args.out / "summary.json"
     kept = [r for r in (json.loads(summary.read_text()) if summary.exists() else []) if r["kernel"] not in args.kernels]
     summary.write_text(json.dumps(kept + records, indent=1) + "\n")  # kernels tuned before stay
+    # and are reported with the new ones, so a study can be run a kernel at a time into one directory
     searches = [{**r, "runs": {run: d for run, d in r["runs"].items() if run.partition(":")[0] in SEARCHES}}
-                for r in records]
+                for r in sorted(kept + records, key=lambda r: r["kernel"])]
     searches = [r for r in searches if r["runs"]]
     if searches:  # a pass has no curve to speak of: one evaluation
         shapes = "the library's quick shapes" if args.quick else (
