@@ -42,8 +42,8 @@ def why_not(a: Analysis, move: Move) -> str | None:
         return f"the scope is already mapped (`{scope.token}`); only a sequential scope can be unrolled"
     if scope.size > MAX_SIZE:
         return f"the scope has {scope.size} iterations; only scopes of at most {MAX_SIZE} are unrolled"
-    around = prod(node_at(a.program.body, path[:k]).size for k in range(1, len(path))
-                  if node_at(a.program.body, path[:k]).kind == "u")
+    outer = (node_at(a.program.body, path[:k]) for k in range(1, len(path)))
+    around = prod(s.size for s in outer if s.kind == "u")
     copies = around * scope.size * _unrolled_inside(scope)
     if copies > MAX_COPIES:
         return (f"unrolled with the `:u` scopes around and inside it, the scope would write out {copies} copies of "
