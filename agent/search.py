@@ -113,7 +113,7 @@ def _evaluate(evaluator: Evaluator, moves: Sequence[str], met: set[str]) -> tupl
     return cost, tuple(applied), new
 
 
-def _weights(costs: list[float]) -> list[float]:
+def parent_weights(costs: list[float]) -> list[float]:
     """Selection weights: (best / cost)^4, so a parent twice as slow is picked 16 times less often;
     failed programs (+inf) are never picked."""
     best = min(costs)
@@ -134,7 +134,7 @@ def random_sampling(evaluator: Evaluator, graph: EdgesGraph | HeuristicGraph, se
                 pool.append((applied, cost))
         idle = 0
         while not evaluator.stopped() and idle < _TRIES_PER_EVALUATION:
-            parent = rng.choices(pool, weights=_weights([c for _, c in pool]))[0][0]
+            parent = rng.choices(pool, weights=parent_weights([c for _, c in pool]))[0][0]
             child = graph.neighbour(rng, parent)
             if child is None:
                 idle += 1

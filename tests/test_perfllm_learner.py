@@ -26,15 +26,15 @@ def test_the_max_bellman_target_is_the_larger_of_the_reward_and_the_discounted_n
 
 
 class TableNet(nn.Module):
-    """Q of a row = the table's entry for the program after the action (the vector's first
-    coordinate after the state's `dim`), whatever the state."""
+    """Q of a row = the table's entry for the action (its vector's first coordinate), whatever the
+    state."""
 
     def __init__(self, dim: int, table: dict[int, float]):
         super().__init__()
         self.dim, self.table = dim, table
 
     def forward(self, states, actions, owner):
-        return torch.tensor([self.table[int(a)] for a in actions[:, self.dim]])
+        return torch.tensor([self.table[int(a)] for a in actions[:, 0]])
 
 
 def vectors_of(*ids: int, dim: int = 2) -> dict[str, torch.Tensor]:
@@ -47,8 +47,8 @@ def test_double_dqn_lets_the_online_network_choose_and_the_target_network_value(
     learner.online = TableNet(2, {1: 1.0, 2: 5.0, 3: 2.0})  # picks p2
     learner.target = TableNet(2, {1: 10.0, 2: 4.0, 3: 0.0})  # values p2 at 4
     buffer = ReplayBuffer(10)
-    move = Transition("p0", ("p0", "p1"), 1, 1.0, ("p1", "p2", "p3"), False)
-    stop = Transition("p0", ("p0", "p1"), 0, 1.5, (), True)
+    move = Transition("p0", ("p0", "p1"), 1, 1.0, "p1", ("p1", "p2", "p3"), False)
+    stop = Transition("p0", ("p0", "p1"), 0, 1.5, "p0", (), True)
     buffer.push(move, vectors_of(0, 1, 2, 3))
     buffer.push(stop, {})
     y = learner.targets([move, stop], buffer)
@@ -117,7 +117,7 @@ def test_on_a_one_step_problem_the_loss_falls_and_the_best_action_wins() -> None
     # p0's actions: stop (1.0), or the move to p1..p4, which ends the game with these rewards
     rewards = {"p0": 1.0, "p1": 0.8, "p2": 2.0, "p3": 1.2, "p4": 0.5}
     actions = tuple(rewards)
-    transitions = [Transition("p0", actions, i, r, (), True) for i, r in enumerate(rewards.values())]
+    transitions = [Transition("p0", actions, i, r, "p0", (), True) for i, r in enumerate(rewards.values())]
     learner, _, losses = trained(transitions, unit_vectors(5), updates=300)
     assert sum(losses[-20:]) < 0.05 * sum(losses[:20])
     q = learner.q_values(unit_vectors(5)["p0"], torch.stack([unit_vectors(5)[k] for k in actions]))
@@ -129,13 +129,13 @@ def test_max_q_values_a_move_by_the_best_program_it_leads_to_not_by_the_sum_of_r
     # p0 -> p1 earns 0.5, then p1 -> p2 earns 3; p0 -> p3 earns 1.2 and p3 can only stop
     vectors = unit_vectors(4)
     transitions = [
-        Transition("p0", ("p0", "p1", "p3"), 0, 1.0, (), True),
-        Transition("p0", ("p0", "p1", "p3"), 1, 0.5, ("p1", "p2"), False),
-        Transition("p0", ("p0", "p1", "p3"), 2, 1.2, ("p3",), False),
-        Transition("p1", ("p1", "p2"), 0, 0.5, (), True),
-        Transition("p1", ("p1", "p2"), 1, 3.0, ("p2",), False),
-        Transition("p2", ("p2",), 0, 3.0, (), True),
-        Transition("p3", ("p3",), 0, 1.2, (), True),
+        Transition("p0", ("p0", "p1", "p3"), 0, 1.0, "p0", (), True),
+        Transition("p0", ("p0", "p1", "p3"), 1, 0.5, "p1", ("p1", "p2"), False),
+        Transition("p0", ("p0", "p1", "p3"), 2, 1.2, "p3", ("p3",), False),
+        Transition("p1", ("p1", "p2"), 0, 0.5, "p1", (), True),
+        Transition("p1", ("p1", "p2"), 1, 3.0, "p2", ("p2",), False),
+        Transition("p2", ("p2",), 0, 3.0, "p2", (), True),
+        Transition("p3", ("p3",), 0, 1.2, "p3", (), True),
     ]
     learner, _, _ = trained(transitions, vectors, updates=800)
     q = learner.q_values(vectors["p0"], torch.stack([vectors[k] for k in ("p0", "p1", "p3")]))

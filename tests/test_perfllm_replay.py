@@ -18,7 +18,8 @@ def step(i: int, terminal: bool = False) -> tuple[Transition, dict[str, torch.Te
     """State s{i}, whose actions lead to itself (stop) and to s{i+1}; the move taken."""
     state, after = f"s{i}", f"s{i + 1}"
     following = () if terminal else (after, f"s{i + 2}")
-    transition = Transition(state, (state, after), 0 if terminal else 1, float(i), following, terminal)
+    transition = Transition(state, (state, after), 0 if terminal else 1, float(i), state if terminal else after,
+                            following, terminal)
     return transition, {key: vector(key) for key in transition.keys()}
 
 
@@ -31,11 +32,11 @@ def filled(n: int, capacity: int = 100, seed: int = 0) -> ReplayBuffer:
 
 def test_a_transition_names_the_action_taken_among_the_states_actions() -> None:
     transition, _ = step(3)
-    assert transition.after == "s4"
+    assert transition.actions[transition.taken] == transition.next_state == "s4"
     with pytest.raises(ValueError, match="not one of the 2 legal actions"):
-        Transition("s", ("s", "t"), 2, 1.0, ("t",), False)
+        Transition("s", ("s", "t"), 2, 1.0, "t", ("t",), False)
     with pytest.raises(ValueError, match="needs the next state's actions"):
-        Transition("s", ("s", "t"), 1, 1.0, (), False)
+        Transition("s", ("s", "t"), 1, 1.0, "t", (), False)
 
 
 def test_the_buffer_holds_at_most_its_capacity_and_forgets_the_oldest_first() -> None:

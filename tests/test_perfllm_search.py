@@ -1,6 +1,6 @@
-"""The agent as a search (agent/perfllm/search.py): best first by the Q-values, every program
-measured once, the budget spent, the best kept, learning as it goes without touching the
-checkpoint."""
+"""The agent as a search (agent/perfllm/search.py): parents drawn by their measured time, the
+move out of each chosen by the Q-values, every program measured once, the budget spent, the best
+kept, learning as it goes without touching the checkpoint."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from test_perfllm_fakes import FakeEmbedder, TextRunner, speedup_cost
 from agent.evaluate import Evaluator, replay_moves
 from agent.perfllm.checkpoint import policy_state, save_atomically
 from agent.perfllm.embed import canonical_text
-from agent.perfllm.game import legal_moves, successors
+from agent.perfllm.game import legal_moves
 from agent.perfllm.learner import Learner
 from agent.perfllm.search import search
 from dojo_ir import load
@@ -49,8 +49,8 @@ def test_a_search_spends_its_budget_on_new_programs_and_keeps_the_best(policy: P
 
 
 class Rated(FakeEmbedder):
-    """The fake embedding, with a rating of the program from `ratings` (by canonical text, 0 for
-    the others) in its first entry."""
+    """The fake embedding, with the rating of a move from `ratings` (by the move an action's
+    description names in its first line, 0 for the others) in its first entry."""
 
     def __init__(self, ratings: dict[str, float]):
         super().__init__()
@@ -58,30 +58,44 @@ class Rated(FakeEmbedder):
 
     def embed_many(self, items) -> torch.Tensor:
         rows = super().embed_many(items)
-        rows[:, 0] = torch.tensor([self.ratings.get(canonical_text(item), 0.0) for item in items])
+        rows[:, 0] = torch.tensor([self.ratings.get(canonical_text(item).split("\n")[0], 0.0) for item in items])
         return rows
 
 
-def test_the_search_measures_the_move_rated_highest_among_every_program_met(policy: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """With Q = the rating of the program a move leads to: the start's best move (5), then its
-    second best (4), which beats every move out of the first program (1): best first over all
-    that was met, not greedy from the last program."""
-    monkeypatch.setattr(Learner, "q_values", lambda self, state, afters: afters[:, 0].clone())
+def rated_search(cost_of_first: float, monkeypatch: pytest.MonkeyPatch, policy: Path) -> tuple[str, list[list[str]]]:
+    """A search of 12 measurements with Q = the rating of the move, the first legal move of every
+    program rated highest, the program it makes from the start timed at `cost_of_first` and every
+    other at 1 ms; the first move and what was measured."""
+    monkeypatch.setattr(Learner, "q_values", lambda self, state, actions: actions[:, 0].clone())
     start = spec()
-    first, second = (str(m) for m in legal_moves(start)[:2])
-    after_first = replay_moves(start, [first])[0]
-    ratings = {canonical_text(p): 1.0 for p in successors(after_first, legal_moves(after_first))}
-    ratings |= {canonical_text(after_first): 5.0, canonical_text(replay_moves(start, [second])[0]): 4.0}
+    first = str(legal_moves(start)[0])
     measured: list[list[str]] = []
 
     def cost(moves: list[str]) -> float:
         measured.append(moves)
-        return 1e-3
+        return cost_of_first if moves == [first] else 1e-3
 
-    search(start, policy, cost, embedder=Rated(ratings), epsilon=0.0, learn=False, steps=3)
-    assert measured[:3] == [[], [first], [second]]
-    assert measured[3][0] == first and len(measured[3]) == 2
+    search(start, policy, cost, embedder=Rated({first: 5.0}), epsilon=0.0, learn=False, steps=12)
+    return first, measured
+
+
+def test_the_move_out_of_a_parent_is_the_one_the_agent_rates_highest(policy: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    first, measured = rated_search(1e-3, monkeypatch, policy)
+    assert measured[:2] == [[], [first]]
+
+
+def test_parents_are_drawn_by_their_measured_time_whatever_the_agent_thinks_of_them(
+        policy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's favourite move makes a program 1000 times slower: the search measures it once
+    and then draws its parents from the fast programs ((best / time)^4: 1e-12 for it)."""
+    first, measured = rated_search(1.0, monkeypatch, policy)
+    assert measured[1] == [first]
+    assert not any(moves[:1] == [first] for moves in measured[2:])
+    # made 10 times faster instead, it is where the search goes on from ((1/10)^4 for the start)
+    monkeypatch.undo()
+    first, measured = rated_search(1e-4, monkeypatch, policy)
+    assert sum(moves[:1] == [first] for moves in measured[2:]) >= 8
 
 
 def test_a_search_ends_when_no_program_met_has_a_move_left(policy: Path) -> None:

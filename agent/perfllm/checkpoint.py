@@ -19,7 +19,7 @@ import torch
 from .embed import DEFAULT_MODEL, Embedding, shared
 from .learner import Learner, LearnerConfig
 
-FORMAT = 1
+FORMAT = 2  # 2: actions are embedded descriptions of moves (agent.perfllm.actions)
 CHECKPOINT = "checkpoint.pt"
 POLICY = "policy.pt"
 # The agent that comes with the project (trained on the library's small kernels, less some held

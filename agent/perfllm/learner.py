@@ -42,7 +42,7 @@ class LearnerConfig:
     hidden: int = 256
     learning_rate: float = 1e-3
     batch_size: int = 32
-    replay_capacity: int = 2000  # transitions; each keeps its state's successors' embeddings (1.5 kB each)
+    replay_capacity: int = 20_000  # transitions; the vectors they name are shared, and moves repeat across states
     tau: float = 0.01
     updates_per_step: int = 2  # a gradient step over 32 whole action sets costs ~0.2 s, a measurement ~0.5 s
     epsilon_start: float = 1.0
@@ -88,15 +88,14 @@ def max_bellman_target(reward: torch.Tensor, next_q: torch.Tensor, terminal: tor
     return torch.where(terminal, reward, torch.maximum(reward, gamma * next_q))
 
 
-def _rows(rows: Sequence[tuple[str, Sequence[str]]]) -> tuple[list[str], list[str], torch.Tensor]:
-    """The (before, after) keys of every action of several (state, its actions) pairs, and each
-    action's state index."""
-    before, after, owner = [], [], []
-    for index, (state, actions) in enumerate(rows):
-        before += [state] * len(actions)
-        after += actions
-        owner += [index] * len(actions)
-    return before, after, torch.tensor(owner, dtype=torch.long)
+def _rows(rows: Sequence[tuple[str, Sequence[str]]]) -> tuple[list[str], torch.Tensor]:
+    """The keys of every action of several (state, its actions) pairs, and each action's state
+    index."""
+    actions, owner = [], []
+    for index, (_, keys) in enumerate(rows):
+        actions += keys
+        owner += [index] * len(keys)
+    return actions, torch.tensor(owner, dtype=torch.long)
 
 
 class Learner:
@@ -114,27 +113,23 @@ class Learner:
         self.optimizer = torch.optim.Adam(self.online.parameters(), lr=self.config.learning_rate)
         self.updates = 0
 
-    def q_values(self, state: torch.Tensor, afters: torch.Tensor) -> torch.Tensor:
-        """Q_online(s, a) for each program in `afters` ([K, dim], the stop action's row being
-        `state` itself), as a state's legal actions."""
+    def q_values(self, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Q_online(s, a) for each action vector in `actions` ([K, dim]), a state's legal actions."""
         with torch.no_grad():
-            actions = torch.cat([state.expand(len(afters), -1), afters], dim=1)
-            return self.online(state[None], actions, torch.zeros(len(afters), dtype=torch.long))
+            return self.online(state[None], actions, torch.zeros(len(actions), dtype=torch.long))
 
-    def act(self, state: torch.Tensor, afters: torch.Tensor, epsilon: float, rng: random.Random,
+    def act(self, state: torch.Tensor, actions: torch.Tensor, epsilon: float, rng: random.Random,
             kinds: Sequence[str] | None = None) -> int:
-        """The index of the action to play among `afters` (see `q_values`), epsilon-greedy
+        """The index of the action to play among `actions` (see `q_values`), epsilon-greedy
         (`choose`)."""
-        return choose(self.q_values(state, afters), epsilon, rng, kinds)
+        return choose(self.q_values(state, actions), epsilon, rng, kinds)
 
     def _q(self, net: DuelingQNet, rows: Sequence[tuple[str, Sequence[str]]], buffer: ReplayBuffer,
            ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`net`'s Q of every action of several states, given as (state, its actions' programs),
+        """`net`'s Q of every action of several states, given as (state, its actions' keys),
         and each action's state index."""
-        before, after, owner = _rows(rows)
-        states = buffer.vectors([state for state, _ in rows])
-        actions = torch.cat([buffer.vectors(before), buffer.vectors(after)], dim=1)
-        return net(states, actions, owner), owner
+        actions, owner = _rows(rows)
+        return net(buffer.vectors([state for state, _ in rows]), buffer.vectors(actions), owner), owner
 
     def targets(self, batch: Sequence[Transition], buffer: ReplayBuffer) -> torch.Tensor:
         """The max-Bellman Double-DQN target y of each transition."""
@@ -143,7 +138,7 @@ class Learner:
         next_q = torch.zeros(len(batch))
         going = [i for i, t in enumerate(batch) if not t.terminal]
         if going:
-            rows = [(batch[i].after, batch[i].next_actions) for i in going]
+            rows = [(batch[i].next_state, batch[i].next_actions) for i in going]
             with torch.no_grad():
                 online, owner = self._q(self.online, rows, buffer)
                 best = segment_argmax(online, owner, len(going))

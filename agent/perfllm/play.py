@@ -4,12 +4,13 @@
     result.program, result.moves, result.time_s     # the best program met, its moves, its time
     result.steps                                    # every step: the move and the time after it
 
-At each step the agent embeds the program and every program one legal move away, scores the
-actions [E(s); E(after)] and the stop action [E(s); E(s)] with its Q-network, and plays the
-best (or, with probability epsilon, a random one, of a random kind). It never goes back to a program it has met in
-the same game: the programs' times do not change, so a cycle would only spend steps. The game
-ends after `max_steps` moves, when the agent stops, when no unmet program is one move away, or
-when `should_stop()` says so (polled before each step) or the evaluator's budget runs out.
+At each step the agent observes the program (`agent.perfllm.actions`: E(program) and the
+embedded description of every legal move and of stopping), scores the actions with its Q-network,
+and plays the best (or, with probability epsilon, a random one, of a random kind). It never goes
+back to a program it has met in the same game: the programs' times do not change, so a cycle
+would only spend steps. The game ends after `max_steps` moves, when the agent stops, when no
+unmet program is one move away, or when `should_stop()` says so (polled before each step) or the
+evaluator's budget runs out.
 
 `play` is the loop that `continue_` and training share: training passes `learn`, which receives
 every transition with the embeddings it names. The reward of a move is c / T(after) and that of
@@ -30,9 +31,10 @@ import torch
 from dojo_ir import Program
 
 from ..evaluate import BudgetExhausted, Evaluator, text_hash
+from .actions import observe
 from .checkpoint import load_policy
 from .embed import Embedding
-from .game import Cost, Costs, kind, legal_moves, successors
+from .game import Cost, Costs, kind
 from .learner import Learner
 from .replay import Transition
 
@@ -83,24 +85,6 @@ def _finite(x: float) -> float | None:
     return None if math.isinf(x) else x
 
 
-@dataclass(frozen=True)
-class _Options:
-    """A program's legal actions: the stop action first, then each legal move."""
-
-    moves: list[str]
-    programs: list[Program]  # programs[0] is the program itself
-    keys: tuple[str, ...]
-    vectors: dict[str, torch.Tensor]
-
-
-def _options(program: Program, embedder: Embedding, target: str) -> _Options:
-    moves = legal_moves(program, target)
-    programs = [program, *successors(program, moves)]
-    keys = tuple(text_hash(p) for p in programs)
-    vectors = dict(zip(keys, embedder.embed_many(programs), strict=True))
-    return _Options([str(m) for m in moves], programs, keys, vectors)
-
-
 def play(learner: Learner, embedder: Embedding, costs: Costs, *, max_steps: int, epsilon: float,
          rng: random.Random, target: str = "native", may_stop: bool = True, learn: Learn | None = None,
          on_step: Callable[[Step], None] | None = None,
@@ -122,42 +106,41 @@ def play(learner: Learner, embedder: Embedding, costs: Costs, *, max_steps: int,
             on_step(steps[-1])
 
     ended = "steps"
-    options = _options(program, embedder, target)
+    seen = observe(program, embedder, target)
     for index in range(1, max_steps + 1):
         if should_stop is not None and should_stop():
             ended = "stopped"
             break
-        unmet = [i for i in range(1, len(options.keys)) if options.keys[i] not in met]
+        unmet = [i for i in range(1, len(seen.keys)) if seen.keys[i] not in met]
         if not unmet:
             ended = "dead end"
             break
         open_ = [0, *unmet] if may_stop else unmet
-        afters = torch.stack([options.vectors[options.keys[i]] for i in open_])
-        kinds = [kind(options.moves[i - 1]) if i else "stop" for i in open_]
-        choice = open_[learner.act(options.vectors[options.keys[0]], afters, epsilon, rng, kinds)]
+        kinds = [kind(seen.moves[i - 1]) if i else "stop" for i in open_]
+        choice = open_[learner.act(seen.state_vector, seen.action_vectors(open_), epsilon, rng, kinds)]
         if choice == 0:
             cost = costs(moves, program)
             if learn is not None:
-                learn(Transition(options.keys[0], options.keys, 0, start_cost / cost, (), True), options.vectors)
+                learn(Transition(seen.state, seen.actions, 0, start_cost / cost, seen.state, (), True), seen.vectors)
             report(None, cost)
             ended = "agent"
             break
-        move, after = options.moves[choice - 1], options.programs[choice]
+        move, after = seen.moves[choice - 1], seen.programs[choice]
         try:
             cost = costs([*moves, move], after)
         except BudgetExhausted:
             ended = "budget"
             break
         program, moves = after, (*moves, move)
-        met.add(options.keys[choice])
+        met.add(seen.keys[choice])
         best = min(best, (cost, program, moves), key=lambda b: b[0])
         report(move, cost)
-        # the last program's options are needed only as the next state of a transition
-        following = _options(program, embedder, target) if index < max_steps or learn is not None else None
+        # the last program's observation is needed only as the next state of a transition
+        following = observe(program, embedder, target) if index < max_steps or learn is not None else None
         if learn is not None:
-            learn(Transition(options.keys[0], options.keys, choice, start_cost / cost, following.keys, False),
-                  {**options.vectors, **following.vectors})
-        options = following
+            learn(Transition(seen.state, seen.actions, choice, start_cost / cost, following.state, following.actions,
+                             False), {**seen.vectors, **following.vectors})
+        seen = following
     return PlayResult(best[1], list(best[2]), _finite(best[0]), _finite(start_cost), steps, ended)
 
 

@@ -1,8 +1,8 @@
 """The Q-network: a dueling network over a changing set of actions (sections 3.1 and 3.3).
 
-The state is s = E(program), one vector of `dim` floats. An action is [E(before); E(after)], the
-program before and after a move, so a network of fixed size scores however many legal moves a
-program has; the stop action is [E(s); E(s)]. The network has two streams:
+The state is s = E(program), one vector of `dim` floats, and an action is the embedding of its
+description, the move and the lines it changes (`agent.perfllm.actions`), so a network of fixed
+size scores however many legal moves a program has. The network has two streams:
 
     V(s)      the value of the state, from E(s)
     A(s, a)   the advantage of each action, from the action's vector
@@ -42,22 +42,20 @@ def dueling(value: torch.Tensor, advantage: torch.Tensor, owner: torch.Tensor) -
 class DuelingQNet(nn.Module):
     """Q(s, a) for embeddings of `dim` floats; see the module's docstring.
 
-    The advantage stream sees the state, the program after the move and their difference, the
-    difference layer-normalised: programs one move apart have embeddings a few percent of their
-    length apart, and a first layer that saw only [before; after] would have to learn to subtract
-    them exactly before it could tell the moves apart. The stop action's difference is zero."""
+    The advantage stream sees the state, the action and their elementwise product: the product
+    lets one layer weigh a move by what the program around it is (a `parallelize_scope` pays on a
+    program with no parallel scope yet, not on one that has)."""
 
     def __init__(self, dim: int, hidden: int = 256):
         super().__init__()
         self.dim = dim
         self.value = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, 1))
-        self.difference = nn.LayerNorm(dim)
         self.advantage = nn.Sequential(nn.Linear(3 * dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
                                        nn.Linear(hidden, 1))
 
     def forward(self, states: torch.Tensor, actions: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
-        """Q for each row of `actions` ([N, 2 * dim]), given `states` ([B, dim]) and `owner` ([N],
+        """Q for each row of `actions` ([N, dim]), given `states` ([B, dim]) and `owner` ([N],
         the state of each row). Every state needs at least one action."""
-        before, after = actions[:, :self.dim], actions[:, self.dim:]
-        features = torch.cat([before, after, self.difference(after - before)], dim=1)
+        context = states[owner]
+        features = torch.cat([context, actions, context * actions], dim=1)
         return dueling(self.value(states)[:, 0], self.advantage(features)[:, 0], owner)

@@ -5,7 +5,7 @@ state's successors are embedded once however many transitions mention them, and 
 each vector for as long as a transition refers to it.
 
     buffer = ReplayBuffer(capacity=2000, seed=0)
-    buffer.push(Transition(state, actions, taken, reward, next_actions, terminal), {key: vector, ...})
+    buffer.push(Transition(state, actions, taken, reward, next_state, next_actions, terminal), {key: vector, ...})
     batch = buffer.sample(32)
     buffer.vectors([t.state for t in batch])      # [32, dim]
 
@@ -28,9 +28,9 @@ import torch
 
 @dataclass(frozen=True)
 class Transition:
-    """One step: at `state`, whose legal actions lead to the programs `actions` (the stop action
-    to `state` itself), the action `taken` (an index into `actions`) earned `reward`.
-    `next_actions` are the same list at the program reached, what the target of the Bellman
+    """One step: at `state`, whose legal actions are `actions` (the keys of their vectors, see
+    `agent.perfllm.actions`), the action `taken` (an index into `actions`) earned `reward` and
+    led to `next_state`, whose legal actions `next_actions` are what the target of the Bellman
     update maximises over; a terminal transition (the stop action) has none. The whole list at
     `state` is kept because the dueling network's Q of one action depends on all of them."""
 
@@ -38,6 +38,7 @@ class Transition:
     actions: tuple[str, ...]
     taken: int
     reward: float
+    next_state: str
     next_actions: tuple[str, ...]
     terminal: bool
 
@@ -47,12 +48,8 @@ class Transition:
         if not self.terminal and not self.next_actions:
             raise ValueError("a transition that does not end the episode needs the next state's actions")
 
-    @property
-    def after(self) -> str:
-        return self.actions[self.taken]
-
     def keys(self) -> Iterable[str]:
-        return (self.state, *self.actions, *self.next_actions)
+        return (self.state, *self.actions, self.next_state, *self.next_actions)
 
 
 class ReplayBuffer:
@@ -108,8 +105,8 @@ class ReplayBuffer:
     def state_dict(self) -> dict[str, Any]:
         keys = list(self._vectors)
         return {"capacity": self.capacity, "rng": self.rng.getstate(),
-                "transitions": [(t.state, list(t.actions), t.taken, t.reward, list(t.next_actions), t.terminal)
-                                for t in self._transitions],
+                "transitions": [(t.state, list(t.actions), t.taken, t.reward, t.next_state, list(t.next_actions),
+                                 t.terminal) for t in self._transitions],
                 "keys": keys, "vectors": torch.stack([self._vectors[k] for k in keys]) if keys else torch.empty(0)}
 
     @classmethod
@@ -117,8 +114,8 @@ class ReplayBuffer:
         buffer = cls(int(state["capacity"]))
         buffer.rng.setstate(state["rng"])
         vectors = dict(zip(state["keys"], state["vectors"], strict=True))
-        for s, actions, taken, reward, next_actions, terminal in state["transitions"]:
-            buffer.push(Transition(s, tuple(actions), int(taken), float(reward), tuple(next_actions), bool(terminal)),
-                        vectors)
+        for s, actions, taken, reward, next_state, next_actions, terminal in state["transitions"]:
+            buffer.push(Transition(s, tuple(actions), int(taken), float(reward), next_state, tuple(next_actions),
+                                   bool(terminal)), vectors)
         return buffer
 
