@@ -461,10 +461,11 @@ def cmd_agent_continue(args: argparse.Namespace) -> int:
         time_s = "-" if result.time_s is None else _seconds(result.time_s)
         speedup = "" if result.speedup is None else f", {result.speedup:.2f}x"
         where = f"; wrote {out}" if out is not None else f"; {args.file} unchanged" if args.write else ""
+        # like `dojo apply`: standard output carries the program alone, so that it can be redirected to a file
         print(f"{program.name}: agent: {len(result.steps)} steps ({result.ended}), best {len(result.moves)} moves, "
-              f"{start} -> {time_s}{speedup}{where}")
+              f"{start} -> {time_s}{speedup}{where}", file=sys.stderr)
         if out is None and not args.write:
-            print(to_text(best), end="")
+            sys.stdout.write(to_text(best))
     return 0
 
 
@@ -649,8 +650,10 @@ def build_parser() -> argparse.ArgumentParser:
     continue__.add_argument("--steps", type=int, default=10, metavar="N", help="moves to play (default: 10)")
     where = continue__.add_mutually_exclusive_group()
     where.add_argument("--write", action="store_true", help="rewrite FILE with the best program")
-    where.add_argument("--out", "-o", metavar="OUT", help="write the best program to OUT (default: print it)")
-    continue__.add_argument("--json", action="store_true", help="the result summary as JSON")
+    where.add_argument("--out", "-o", metavar="OUT", help="write the best program to OUT (default: print it, "
+                       "and the summary on standard error)")
+    continue__.add_argument("--json", action="store_true", help="print the result summary as JSON instead (and "
+                            "not the program)")
     for sub in (train_, continue__):
         sub.add_argument("--target", default="native", metavar="T", help="a target (default: native)")
         sub.add_argument("--runner", metavar="URL", help="a runner service (default: $DOJO_RUNNER_URL, else this "

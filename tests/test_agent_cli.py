@@ -138,3 +138,22 @@ def test_the_agent_trains_and_plays_with_the_heuristic_pass_removed_from_the_ins
     assert json.loads(played.stdout)["steps"]
     heuristic = without_passes("tune", str(softmax), "--method", "heuristic", "--out", str(tmp_path / "o.dojo"))
     assert "agent.passes" in heuristic.stderr  # the pass is really out of reach
+
+
+def test_the_agent_continues_to_standard_output_a_program_that_checks(softmax: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture) -> None:
+    """`dojo agent continue FILE > OUT` makes a valid OUT: the steps and the summary go to standard error."""
+    monkeypatch.setattr(runner.local, "LocalRunner", FakeRunner)
+    run = tmp_path / "run"
+    assert main(["agent", "train", "--kernels", "softmax", "--shapes", "small", "--episodes", "1", "--max-steps", "2",
+                 "--out", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["agent", "continue", str(softmax), "--checkpoint", str(run), "--steps", "2"]) == 0
+    played = capsys.readouterr()
+    assert "1: " in played.err and "softmax: agent: " in played.err
+    assert played.out.startswith("kernel softmax")  # the program alone
+    out = tmp_path / "continued.dojo"  # beside FILE, where the spec path the derivation names points
+    out.write_text(played.out)
+    assert main(["check", str(out)]) == 0
+    assert "spec " not in played.out or main(["replay", str(out)]) == 0
