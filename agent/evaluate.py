@@ -11,8 +11,13 @@ the cache. Every real evaluation is appended to a JSONL log, one object a line:
     {"index": 3, "moves": [...], "hash": "...", "median_s": 0.0123, "ok": true, "error": null,
      "wall_s": 0.41}
 
-`index` 0 is the starting program (the spec). `resume` reads a log back: the cache, the count of
-evaluations and the best program (replayed from its moves) are as they were when it was written.
+`index` 0 is the starting program (the spec). Before it, the log's first line says where its
+evaluations come from, so that they can be learned from later (`agent.perfllm.experience`):
+
+    {"spec": "kernel softmax(x) -> y ...", "prefix": [...], "target": "native", "method": "sa", "graph": "edges"}
+
+`resume` reads a log back: the cache, the count of evaluations and the best program (replayed from
+its moves) are as they were when it was written.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dojo_ir import Program, to_text
 from dojo_ir.derivation import without_comments
@@ -92,13 +98,14 @@ class Evaluator:
     `start` is the program the search starts from (the spec after `prefix`); the moves given to
     `evaluate` follow it. `budget` counts the evaluations after evaluation 0 (the start);
     `evaluate` raises BudgetExhausted rather than exceed it. `on_evaluation` is called after each
-    real evaluation."""
+    real evaluation. `source` names what searched (`method`, `graph`) in the log's first line."""
 
     def __init__(self, spec: Program, *, prefix: Sequence[str] = (), runner: Runner | None = None,
                  target: str = "native", repeats: int = 3, warmup: int = 1, log: Path | None = None,
                  budget: int | None = None, time_limit_s: float | None = None,
                  should_stop: Callable[[], bool] | None = None,
-                 on_evaluation: Callable[[Evaluation, bool], None] | None = None):
+                 on_evaluation: Callable[[Evaluation, bool], None] | None = None,
+                 source: dict[str, str] | None = None):
         if runner is None:
             from runner.local import LocalRunner
 
@@ -117,6 +124,7 @@ class Evaluator:
         self.time_limit_s = time_limit_s
         self.should_stop = should_stop
         self.on_evaluation = on_evaluation
+        self.source = dict(source or {})
         self.cache: dict[str, float] = {}
         self.moves_of: dict[str, tuple[str, ...]] = {}  # the first moves that reached each program
         self.evaluations = 0  # real evaluations after evaluation 0
@@ -180,6 +188,8 @@ class Evaluator:
     def _record(self, evaluation: Evaluation, program: Program | None) -> None:
         if self.log is not None:
             with open(self.log, "a", encoding="utf-8") as out:
+                if evaluation.index == 0:
+                    out.write(json.dumps(self.header()) + "\n")
                 out.write(json.dumps(evaluation.to_json()) + "\n")
         before = self.best_cost
         self._absorb(evaluation, program)
@@ -200,6 +210,10 @@ class Evaluator:
         self.history.append((evaluation.index, self.best_cost))
 
     # -- the log --------------------------------------------------------------------------------
+
+    def header(self) -> dict[str, Any]:
+        """The log's first line: the spec, the moves before the start, the target and `source`."""
+        return {"spec": to_text(self.spec), "prefix": self.prefix, "target": self.target, **self.source}
 
     def resume(self, log: Path) -> int:
         """Restore the cache, the count and the best program from `log` (written by an evaluator

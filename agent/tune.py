@@ -121,7 +121,7 @@ def tune(spec: Program, method: str, budget: int, *, spec_path: str, graph: str 
 
     evaluator = Evaluator(spec, prefix=prefix, runner=runner, target=target, repeats=repeats, warmup=1, log=log,
                           budget=max(budget, 1) if method in PASSES else budget, time_limit_s=time_limit_s,
-                          should_stop=stop)
+                          should_stop=stop, source={"method": method, "graph": graph if method in METHODS else ""})
     session_start = [0]
     start_hash = text_hash(evaluator.start)
 

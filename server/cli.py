@@ -414,7 +414,9 @@ def cmd_agent_train(args: argparse.Namespace) -> int:
         with _runner_for(args, "agent train") as runner:
             result = train(kernels, out, episodes=args.episodes, max_steps=args.max_steps, target=args.target,
                            seed=args.seed, resume=args.resume, on_progress=progress,
-                           evaluate=measured(out, target=args.target, runner=runner))
+                           evaluate=measured(out, target=args.target, runner=runner),
+                           experience=_logs(args.from_logs), pretrain_updates=args.pretrain_updates,
+                           on_pretrain=lambda line: print(line, file=sys.stderr, flush=True))
     except (ValueError, FileExistsError, RunnerError) as error:
         raise CommandError(f"dojo agent train: error: {error}") from None
     except KeyboardInterrupt:
@@ -424,6 +426,17 @@ def cmd_agent_train(args: argparse.Namespace) -> int:
     print(f"trained {result.episodes} episodes on {', '.join(name for name, _ in kernels)}; checkpoint, curve.jsonl "
           f"and curve.png in {out}")
     return 0
+
+
+def _logs(paths: list[str]) -> list[Path]:
+    """The files of `paths`, a directory standing for every *.jsonl under it, in a stable order."""
+    found: list[Path] = []
+    for name in paths:
+        path = Path(name)
+        if not path.exists():
+            raise CommandError(f"dojo agent train: error: {name}: no such file or directory")
+        found += sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
+    return found
 
 
 def cmd_agent_continue(args: argparse.Namespace) -> int:
@@ -640,6 +653,11 @@ def build_parser() -> argparse.ArgumentParser:
     train_.add_argument("--max-steps", type=int, default=10, metavar="K", help="moves per episode (default: 10)")
     train_.add_argument("--out", "-o", required=True, metavar="DIR", help="checkpoint, curve and evaluation logs")
     train_.add_argument("--resume", action="store_true", help="continue the run in DIR")
+    train_.add_argument("--from-logs", nargs="*", default=[], metavar="LOG", help="before the episodes, learn "
+                        "offline from these evaluation logs of `dojo tune`, `dojo agent` or `dojo library build` "
+                        "(a directory: every *.jsonl under it); only heuristic-free searches are read")
+    train_.add_argument("--pretrain-updates", type=int, default=3000, metavar="N", help="gradient steps on the "
+                        "logged experience (default: 3000)")
     train_.add_argument("--seed", type=int, default=0, metavar="S")
     train_.set_defaults(run=cmd_agent_train)
     continue__ = agent_commands.add_parser("continue", help="play N of the agent's moves from FILE, measuring, "

@@ -3,6 +3,12 @@
     kernels = [(name, load(KERNELS[name].small())) for name in ("softmax", "matmul")]
     result = train(kernels, Path("runs/agent"), episodes=500, max_steps=20)
     result = train(kernels, Path("runs/agent"), episodes=1000, max_steps=20, resume=True)   # goes on
+    result = train(kernels, out, episodes=100, max_steps=10, experience=logs, pretrain_updates=4000)
+
+Before its first episode a run can learn offline from `experience`, logs of evaluations that
+searches wrote (`agent.perfllm.experience`: the heuristic-free ones): every step they hold goes
+into the replay buffer, and `pretrain_updates` gradient steps on it follow, with the same Max-Q
+target; the episodes then fine-tune online, their transitions joining the logged ones.
 
 Each episode draws a kernel at random, starts from its spec and plays up to `max_steps` moves
 epsilon-greedily (`play.play`); every transition goes into the replay buffer, and once the buffer
@@ -55,6 +61,7 @@ from ..evaluate import Evaluator, text_hash
 from .checkpoint import CHECKPOINT, FORMAT, POLICY, check_embedding, load, policy_state, save_atomically
 from .curve import plot, write_jsonl
 from .embed import Embedding, shared
+from .experience import read_logs, transitions
 from .game import Cost, Costs
 from .learner import Learner, LearnerConfig
 from .play import PlayResult, play
@@ -83,7 +90,8 @@ def measured(out: Path, *, target: str = "native", runner: Runner | None = None,
     def make(name: str, spec: Program) -> Evaluator:
         log = out / "evaluations" / f"{name}.jsonl"
         log.parent.mkdir(parents=True, exist_ok=True)
-        evaluator = Evaluator(spec, runner=runner, target=target, repeats=repeats, log=log)
+        evaluator = Evaluator(spec, runner=runner, target=target, repeats=repeats, log=log,
+                              source={"method": "agent", "graph": "edges"})
         evaluator.resume(log)
         return evaluator
 
@@ -133,11 +141,13 @@ def train(kernels: Sequence[tuple[str, Program]], out: Path, *, episodes: int, m
           evaluate: EvaluatorFactory | None = None, target: str = "native", seed: int = 0,
           config: LearnerConfig | None = None, embedder: Embedding | None = None, resume: bool = False,
           on_progress: Callable[[dict[str, Any]], None] | None = None,
-          should_stop: Callable[[], bool] | None = None) -> TrainResult:
+          should_stop: Callable[[], bool] | None = None, experience: Sequence[Path] = (),
+          pretrain_updates: int = 0, on_pretrain: Callable[[str], None] | None = None) -> TrainResult:
     """Train until `episodes` episodes are done in all; see the module's docstring. `kernels` are
     (name, spec) pairs with distinct names. A directory that holds a run is refused unless
     `resume`, which goes on with its configuration and random generators (`config`, if given,
-    must be the same; `seed` is not used). `on_progress` receives each episode's curve record."""
+    must be the same; `seed` is not used). `on_progress` receives each episode's curve record, and
+    `on_pretrain` a line on each log read or skipped and on the offline updates."""
     if not kernels:
         raise ValueError("training needs at least one kernel")
     if len({name for name, _ in kernels}) != len(kernels):
@@ -157,6 +167,9 @@ def train(kernels: Sequence[tuple[str, Program]], out: Path, *, episodes: int, m
         if config.epsilon_decay_episodes is None:
             config = replace(config, epsilon_decay_episodes=max(1, episodes // 2))
         run = _fresh(embedder.dim, config, seed)
+        if experience:
+            _pretrain(run, experience, pretrain_updates, embedder, target, on_pretrain or (lambda line: None))
+            _save(run, out, embedder, specs)
     config = run.learner.config
     factory = evaluate or measured(out, target=target)
     costs: dict[str, Costs] = {}
@@ -189,6 +202,28 @@ def train(kernels: Sequence[tuple[str, Program]], out: Path, *, episodes: int, m
     if run.curve:
         plot(run.curve, out / "curve.png")
     return TrainResult(run.episode, list(run.curve), out, stopped)
+
+
+def _pretrain(run: _Run, logs: Sequence[Path], updates: int, embedder: Embedding, target: str,
+              say: Callable[[str], None]) -> None:
+    """Fill the run's replay buffer with the steps of `logs` and take `updates` gradient steps on it."""
+    games, skipped = read_logs(logs, target)
+    for reason in skipped:
+        say(f"skipped {reason}")
+    for game in games:
+        before = len(run.buffer)
+        for transition, vectors in transitions(game, embedder, target):
+            run.buffer.push(transition, vectors)
+        say(f"read {len(run.buffer) - before} transitions from {game.path}")
+    if not len(run.buffer):
+        raise ValueError("no log given holds a heuristic-free search to learn from")
+    batch = run.learner.config.batch_size
+    for update in range(1, updates + 1):
+        run.losses.append(run.learner.learn(run.buffer.sample(batch), run.buffer))
+        if update % 500 == 0 or update == updates:
+            recent = run.losses[-500:]
+            say(f"offline update {update}/{updates}: loss {sum(recent) / len(recent):.4g}")
+    run.losses = []
 
 
 def _record(run: _Run, kernel: str, epsilon: float, result: PlayResult, wall_s: float) -> dict[str, Any]:
