@@ -35,7 +35,6 @@ from dojo_ir.moves import Move, of_a_random_kind
 
 from .evaluate import INF, BudgetExhausted, Evaluator, text_hash
 from .legal import legal_moves
-from .passes import heuristic as heuristic_pass
 
 T0, T1 = 0.2, 0.005  # simulated annealing: accept a 20% slow-down with probability 1/e at first
 _TRIES_PER_EVALUATION = 300  # proposals in a row that meet only known programs before a search gives up
@@ -69,7 +68,11 @@ class HeuristicGraph:
         self.evaluator, self.target = evaluator, target
 
     def initial(self) -> list[tuple[str, ...]]:
-        return [tuple(heuristic_pass(self.evaluator.start, self.target)), ()]
+        # imported here: this graph alone knows the hardware, and the searches that must not (the
+        # edges graph's, the learned agent's) import this module
+        from .passes import heuristic
+
+        return [tuple(heuristic(self.evaluator.start, self.target)), ()]
 
     def neighbour(self, rng: random.Random, state: tuple[str, ...]) -> tuple[str, ...] | None:
         kind = rng.choice(("change", "insert", "delete") if state else ("insert",))

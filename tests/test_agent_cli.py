@@ -121,7 +121,8 @@ def test_the_agent_trains_continues_a_file_and_tunes_from_the_command_line(softm
 def test_the_agent_trains_and_plays_with_the_heuristic_pass_removed_from_the_installation(softmax: Path,
                                                                                          tmp_path: Path) -> None:
     """PerfLLM knows no hardware: with agent.passes (the expert heuristic) impossible to import, as
-    if its file were deleted, `dojo agent train` and `dojo agent continue` still work."""
+    if its file were deleted, `dojo agent train` (from logs too) and `dojo agent continue` still
+    work, and the agent's search can be imported."""
 
     def without_passes(*args: str) -> subprocess.CompletedProcess:
         code = ("import sys; sys.modules['agent.passes'] = None; from server.cli import main; "
@@ -129,10 +130,18 @@ def test_the_agent_trains_and_plays_with_the_heuristic_pass_removed_from_the_ins
         return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True,
                               timeout=300)
 
+    logged = dojo("tune", str(softmax), "--method", "random", "--budget", "4", "--min-time", "0", "--out",
+                  str(tmp_path / "random.dojo"))
+    assert logged.returncode == 0, logged.stderr
     run = tmp_path / "run"
     trained = without_passes("agent", "train", "--kernels", "relu", "softmax", "--shapes", "small", "--episodes", "2",
-                             "--max-steps", "3", "--out", str(run))
+                             "--max-steps", "3", "--out", str(run), "--from-logs", str(tmp_path / "random.dojo.jsonl"),
+                             "--pretrain-updates", "5")
     assert trained.returncode == 0, trained.stderr
+    assert "read 9 transitions from" in trained.stderr and "offline update 5/5" in trained.stderr
+    imported = subprocess.run([sys.executable, "-c", "import sys; sys.modules['agent.passes'] = None; "
+                               "import agent.perfllm.search"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert imported.returncode == 0, imported.stderr
     played = without_passes("agent", "continue", str(softmax), "--checkpoint", str(run), "--steps", "3", "--json")
     assert played.returncode == 0, played.stderr
     assert json.loads(played.stdout)["steps"]
