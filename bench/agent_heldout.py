@@ -1,36 +1,50 @@
 """The learned agent on kernels it never saw, against random sampling and simulated annealing.
 
-    python bench/agent_heldout.py                                   # the shipped agent, its held-out kernels
-    python bench/agent_heldout.py --checkpoint runs/agent --kernels bmm swiglu --seeds 0 1 2
+    python bench/agent_heldout.py --methods random sa sa:heuristic      # the baselines: an hour or more
+    python bench/agent_heldout.py --methods agent --checkpoint runs/agent   # then the agent, and the report
+    python bench/agent_heldout.py --report-only                         # the report from what is saved
 
-For each held-out kernel, at the library's quick shape, and each seed, every method searches from
-the spec with the local runner, each evaluation timed once (3 repetitions) and verified:
+For each held-out kernel, at the library's quick shape, and each seed, every method searches once
+from the spec with the local runner, `max(--budgets)` evaluations, each timed once (3
+repetitions) and verified:
 
 - `agent`: the agent of `--checkpoint` as a search (`agent.perfllm.search`: best first by its
-  Q-values, learning from the times as it goes), `max(--budgets)` evaluations;
-- `random`: random sampling on the edges graph, `max(--budgets)` evaluations;
-- `sa`: simulated annealing on the edges graph, one run per budget (its temperature falls over the
-  budget, so its first 50 evaluations of a 200-evaluation run are not a 50-evaluation run);
+  Q-values, learning from the times as it goes);
+- `random`: random sampling on the edges graph;
+- `sa`: simulated annealing on the edges graph;
 - `sa:heuristic`, for reference: simulated annealing on the heuristic graph, which starts from
   the expert heuristic pass's program (the only method here that knows the hardware).
 
-The agent and random sampling know nothing of the budget, so their best after N evaluations is
-read off their one run. Single timings of 3 repetitions are noisy, so the best program each
-method met within N evaluations is measured again, all of them one after another at the end
-(`runner.measure.measure`, at least `--min-time` seconds each), and the spec with them; a
-method's time at N is the median of its seeds' re-measured times.
+The best after N evaluations, for each N of `--budgets`, is read off that one run: the fastest
+program among its evaluations 0 to N. (Simulated annealing's temperature falls over its budget,
+so the first 100 evaluations of a 200-evaluation run are not a 100-evaluation run; but separate
+runs per budget compare one run's luck with another's, which once made sa at 200 look worse than
+sa at 100.)
 
-Writes bench/results/agent_heldout.md (the table, the bar: the agent at 100 evaluations against
-sa at 200 in geometric mean over the kernels) and agent_heldout.png (best time so far against
-evaluations, as the searches timed them).
+Each run is saved as it finishes, in `--runs`/KERNEL/METHOD-seedS.jsonl (the evaluator's log: one
+Evaluation a line) with METHOD-seedS.json beside it (the budget, the spec's hash and, for the
+agent, the hash of the checkpoint's policy); a run already saved with the same budget, spec and
+policy is not run again, so the benchmark can be run a few methods at a time, and another
+checkpoint redoes the agent's runs only.
+
+When every method's runs are saved, single timings of 3 repetitions being noisy, the best
+program each method met within N evaluations is measured again, all of them one after another
+(`runner.measure.measure`, at least `--min-time` seconds each), with the spec; a method's time
+at N is the median of its seeds' re-measured times. Writes `--out` (the table, the bars, the
+machine) with its .json and .png (best time so far against evaluations as the searches timed
+them: one faint line per seed, the median over seeds in bold).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
+import os
+import shlex
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -39,28 +53,60 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.evaluate import Evaluation, Evaluator  # noqa: E402
-from agent.perfllm.checkpoint import SHIPPED  # noqa: E402
-from agent.perfllm.search import search  # noqa: E402
+from agent.evaluate import Evaluation, Evaluator, replay_moves, text_hash  # noqa: E402
+from agent.perfllm.checkpoint import POLICY, SHIPPED  # noqa: E402
 from agent.search import METHODS, make_graph  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
 from dojo_ir import Program, load  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
+from runner.files import write_atomically  # noqa: E402
 from runner.local import LocalRunner  # noqa: E402
-from runner.measure import measure  # noqa: E402
+from runner.measure import Runner, measure  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 HELD_OUT = ("swiglu", "layernorm2", "conv2", "bmm")  # what the shipped agent never saw (its README)
+SEARCHES = ("agent", "random", "sa", "sa:heuristic")
+# the issue's bars: the agent at AGENT_AT evaluations against the others at the largest budget
+AGENT_AT = 100
+HEURISTIC_SHARE = 0.6
 Run = list[Evaluation]
+Key = tuple[str, str, int]  # (kernel, method, seed)
 
 
-def run_search(spec: Program, method: str, budget: int, seed: int, runner: LocalRunner, checkpoint: Path) -> Run:
-    """Every evaluation of one search, evaluation 0 (the spec) first."""
+def policy_hash(checkpoint: Path) -> str:
+    """What identifies the agent of `checkpoint` (a training directory or its policy file)."""
+    file = checkpoint / POLICY if checkpoint.is_dir() else checkpoint
+    return hashlib.sha256(file.read_bytes()).hexdigest()[:16]
+
+
+def run_files(runs: Path, kernel: str, method: str, seed: int) -> tuple[Path, Path]:
+    """The saved run's evaluations and its description."""
+    stem = runs / kernel / f"{method.replace(':', '-')}-seed{seed}"
+    return stem.with_suffix(".jsonl"), stem.with_suffix(".json")
+
+
+def load_run(runs: Path, key: Key, wanted: dict) -> Run | None:
+    """The run saved for `key` if its description has everything of `wanted`, else None."""
+    log, described = run_files(runs, *key)
+    if not (log.is_file() and described.is_file()):
+        return None
+    saved = json.loads(described.read_text())
+    if any(saved.get(k) != v for k, v in wanted.items()):
+        return None
+    lines = (json.loads(line) for line in log.read_text().splitlines() if line.strip())
+    return [Evaluation.from_json(d) for d in lines if "index" in d]  # a log may open with a header
+
+
+def run_search(spec: Program, method: str, budget: int, seed: int, runner: Runner, checkpoint: Path,
+               log: Path) -> Run:
+    """Every evaluation of one search, evaluation 0 (the spec) first, each logged to `log`."""
     evaluations: Run = []
-    evaluator = Evaluator(spec, runner=runner, budget=budget,
+    evaluator = Evaluator(spec, runner=runner, budget=budget, log=log,
                           on_evaluation=lambda evaluation, _: evaluations.append(evaluation))
     evaluator.evaluate([])
     if method == "agent":
+        from agent.perfllm.search import search  # torch and the embedding model load only for the agent
+
         search(evaluator.start, checkpoint, evaluator, seed=seed)
     else:
         name, _, graph = method.partition(":")
@@ -68,125 +114,213 @@ def run_search(spec: Program, method: str, budget: int, seed: int, runner: Local
     return evaluations
 
 
+def run_and_save(spec: Program, runs: Path, key: Key, budget: int, runner: Runner, checkpoint: Path,
+                 described: dict) -> Run:
+    """Search for `key` and save the run; `described` goes into its description. Until the run
+    has finished its log has another name, so an interrupted run is never taken for a saved one."""
+    kernel, method, seed = key
+    log, description = run_files(runs, *key)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    partial = log.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    started = time.perf_counter()
+    run = run_search(spec, method, budget, seed, runner, checkpoint, partial)
+    os.replace(partial, log)
+    write_atomically(description, json.dumps(described | {
+        "evaluations": len(run) - 1, "wall_s": round(time.perf_counter() - started, 1),
+        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, indent=1).encode())
+    return run
+
+
 def best_within(run: Run, budget: int) -> Evaluation:
-    """The fastest program among the first `budget` evaluations after the spec."""
+    """The fastest program among the run's evaluations 0 (the spec) to `budget`."""
     return min((e for e in run if e.index <= budget), key=lambda e: (e.cost, e.index))
-
-
-def curve(run: Run) -> tuple[list[int], list[float]]:
-    best, xs, ys = math.inf, [], []
-    for e in sorted(run, key=lambda e: e.index):
-        best = min(best, e.cost)
-        xs.append(e.index)
-        ys.append(best)
-    return xs, ys
-
-
-def shown(path: Path) -> Path:
-    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
 def geomean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
+def shown(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
+def machine() -> str:
+    """The CPU as lscpu names it, its core count and whether it lists AVX-512."""
+    try:
+        listed = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        listed = ""
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in listed.splitlines())}
+    avx512 = "avx512f" in fields.get("Flags", "").split()
+    return (f"{fields.get('Model name', 'an unknown CPU')}, {os.cpu_count()} cores, avx512f "
+            f"{'listed' if avx512 else 'not listed'} (lscpu)")
+
+
+def bars(time_of: Callable[[str, str, int], float], kernels: list[str], methods: list[str],
+         top: int) -> tuple[list[str], dict[str, float]]:
+    """The issue's bars, from the table's times: (a) the agent at AGENT_AT evaluations at least as
+    fast as `random` and `sa` at `top` (time over time, geomean over the kernels); (b) its
+    speed-up at AGENT_AT at least HEURISTIC_SHARE of `sa:heuristic`'s at `top`. The lines that
+    say so and the ratios."""
+    at = min(AGENT_AT, top)
+    lines, ratios = ["## The bars", ""], {}
+    absent = [m for m in ("agent", "random", "sa") if m not in methods]
+    if absent:
+        lines.append(f"(a) Not computed: no runs of {', '.join(absent)}.")
+    else:
+        against = {other: geomean([time_of(k, "agent", at) / time_of(k, other, top) for k in kernels])
+                   for other in ("random", "sa")}
+        ratios |= {f"agent {at} / {other} {top}": ratio for other, ratio in against.items()}
+        met = all(ratio <= 1 for ratio in against.values())
+        lines.append(f"(a) The agent at {at} evaluations against random sampling and simulated annealing at {top}, "
+                     f"its time over theirs in geometric mean over the kernels: {against['random']:.3f} (random) and "
+                     f"{against['sa']:.3f} (sa): **{'met' if met else 'not met'}** (at most 1 against both).")
+    lines.append("")
+    absent = [m for m in ("agent", "sa:heuristic") if m not in methods]
+    if absent:
+        lines.append(f"(b) Not computed: no runs of {', '.join(absent)}.")
+    else:
+        # speed-up over speed-up: the spec's time cancels
+        share = geomean([time_of(k, "sa:heuristic", top) / time_of(k, "agent", at) for k in kernels])
+        ratios[f"agent {at} speed-up / sa:heuristic {top} speed-up"] = share
+        lines.append(f"(b) The agent's speed-up at {at} evaluations over sa:heuristic's at {top}, in geometric mean "
+                     f"over the kernels: {share:.3f}: **{'met' if share >= HEURISTIC_SHARE else 'not met'}** (at "
+                     f"least {HEURISTIC_SHARE:.2f}).")
+    return lines + [""], ratios
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", type=Path, default=SHIPPED, help="the agent (default: the shipped one)")
-    parser.add_argument("--kernels", nargs="*", default=list(HELD_OUT), help="held-out library kernels")
-    parser.add_argument("--budgets", nargs="*", type=int, default=[50, 100, 200])
-    parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1])
+    parser.add_argument("--kernels", nargs="+", default=list(HELD_OUT), choices=list(KERNELS), metavar="K",
+                        help="held-out library kernels")
+    parser.add_argument("--methods", nargs="+", default=list(SEARCHES), choices=SEARCHES,
+                        help="the methods to run (those saved are not run again); the report has them all")
+    parser.add_argument("--budgets", nargs="+", type=int, default=[50, 100, 200],
+                        help="evaluations at which to read the best; each run spends the largest")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--min-time", type=float, default=0.5, help="seconds each final measurement times")
+    parser.add_argument("--runs", type=Path, default=RESULTS / "agent_heldout_runs", help="where runs are saved")
     parser.add_argument("--out", type=Path, default=RESULTS / "agent_heldout.md")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: measure again and report what is saved, noting what is missing")
     args = parser.parse_args(argv)
-    budgets, top = sorted(args.budgets), max(args.budgets)
+    budgets, top = sorted(set(args.budgets)), max(args.budgets)
+    if "agent" in args.methods and not args.report_only and not args.checkpoint.exists():
+        parser.error(f"no agent at {args.checkpoint}")
+    policy = policy_hash(args.checkpoint) if args.checkpoint.exists() else None
     runner = LocalRunner()
-    began = time.perf_counter()
     specs = {name: load(KERNELS[name].quick()) for name in args.kernels}
-    runs: dict[tuple[str, str, int, int], Run] = {}  # (kernel, method, budget, seed)
-    searches = [("agent", top), ("random", top), *(("sa", b) for b in budgets), ("sa:heuristic", top)]
-    for name, spec in specs.items():
-        for seed in args.seeds:
-            for method, budget in searches:
-                started = time.perf_counter()
-                run = runs[name, method, budget, seed] = run_search(spec, method, budget, seed, runner,
-                                                                    args.checkpoint)
-                print(f"{name:11} seed {seed} {method:13} {budget:4}: {len(run) - 1:4} evaluations, best "
-                      f"{best_within(run, budget).cost * 1e6:9.1f} us ({time.perf_counter() - started:.0f} s)",
-                      flush=True)
 
-    def chosen(name: str, method: str, budget: int, seed: int) -> Evaluation:
-        run_budget = budget if method == "sa" else top
-        return best_within(runs[name, method, run_budget, seed], budget)
+    def wanted(kernel: str, method: str) -> dict:
+        return {"budget": top, "spec": text_hash(specs[kernel])} | ({"policy": policy} if method == "agent" else {})
+
+    keys = [(kernel, method, seed) for kernel in specs for seed in args.seeds for method in SEARCHES]
+    if not args.report_only:
+        for key in keys:
+            kernel, method, seed = key
+            if method not in args.methods or load_run(args.runs, key, wanted(kernel, method)) is not None:
+                continue
+            described = wanted(kernel, method) | ({"checkpoint": str(shown(args.checkpoint))}
+                                                  if method == "agent" else {})
+            started = time.perf_counter()
+            run = run_and_save(specs[kernel], args.runs, key, top, runner, args.checkpoint, described)
+            print(f"{kernel:11} seed {seed} {method:13}: {len(run) - 1:4} evaluations, best "
+                  f"{best_within(run, top).cost * 1e6:9.1f} us ({time.perf_counter() - started:.0f} s)", flush=True)
+
+    runs = {key: run for key in keys if (run := load_run(args.runs, key, wanted(key[0], key[1]))) is not None}
+    complete = [m for m in SEARCHES if all((k, m, s) in runs for k in specs for s in args.seeds)]
+    missing = [m for m in SEARCHES if m not in complete]
+    if missing and not args.report_only:
+        print(f"no report yet: runs of {', '.join(missing)} are missing in {shown(args.runs)} "
+              "(--report-only writes one from what is saved)")
+        return 0
+    if not complete:
+        parser.error(f"no method has all its runs saved in {args.runs}")
 
     # measure again every program some method would return, and the specs, one after another
+    began = time.perf_counter()
     remeasured: dict[tuple[str, tuple[str, ...]], float] = {}
     for name, spec in specs.items():
-        evaluator = Evaluator(spec, runner=runner)
-        wanted = {(): None} | {chosen(name, m, b, s).moves: None for m in ("agent", "random", "sa") for b in budgets
-                               for s in args.seeds}
-        wanted |= {chosen(name, "sa:heuristic", top, s).moves: None for s in args.seeds}
-        for moves in wanted:
-            result = measure(runner, evaluator.program(moves)[0], repeats=5, warmup=1, spec=spec,
+        programs = {(): None} | {best_within(runs[name, m, s], n).moves: None for m in complete
+                                 for n in budgets for s in args.seeds}
+        for moves in programs:
+            result = measure(runner, replay_moves(spec, moves)[0], repeats=5, warmup=1, spec=spec,
                              min_time_s=args.min_time)
             remeasured[name, moves] = result.median_s if result.ok and result.median_s else math.inf
 
     def time_of(name: str, method: str, budget: int) -> float:
-        return statistics.median(remeasured[name, chosen(name, method, budget, s).moves] for s in args.seeds)
+        return statistics.median(remeasured[name, best_within(runs[name, method, s], budget).moves]
+                                 for s in args.seeds)
 
-    report(args, specs, budgets, top, time_of, remeasured, runs, time.perf_counter() - began)
+    report(args, argv, specs, budgets, complete, time_of, remeasured, runs, policy, time.perf_counter() - began)
     return 0
 
 
-def report(args: argparse.Namespace, specs: dict[str, Program], budgets: list[int], top: int,
-           time_of: Callable[[str, str, int], float], remeasured: dict, runs: dict, wall_s: float) -> None:
-    methods = [(m, b) for m in ("agent", "random", "sa") for b in budgets] + [("sa:heuristic", top)]
+def report(args: argparse.Namespace, argv: list[str] | None, specs: dict[str, Program], budgets: list[int],
+           methods: list[str], time_of: Callable[[str, str, int], float],
+           remeasured: dict[tuple[str, tuple[str, ...]], float], runs: dict[Key, Run], policy: str | None,
+           measured_s: float) -> None:
+    top, kernels = max(budgets), list(specs)
+    columns = [(m, b) for m in methods for b in budgets]
+    command = shlex.join(["python", "bench/agent_heldout.py", *(sys.argv[1:] if argv is None else argv)])
+    descriptions = {key: json.loads(run_files(args.runs, *key)[1].read_text()) for key in runs if key[1] in methods}
+    finished = sorted(d["finished"] for d in descriptions.values())
+    search_min = sum(d["wall_s"] for d in descriptions.values()) / 60
+    agent = (f" The agent: `{shown(args.checkpoint)}`, policy {policy}." if "agent" in methods else "")
     lines = ["# The learned agent on held-out kernels", "",
-             f"`python bench/agent_heldout.py --checkpoint {shown(args.checkpoint)} --kernels {' '.join(specs)} "
-             f"--seeds {' '.join(map(str, args.seeds))}`, "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {wall_s / 60:.0f} min.", "",
-             "Kernels at the library's quick shapes, none of them seen in training. Each cell: the speed-up over the "
-             "spec of the best program the method met within that many evaluations, measured again (median over "
-             f"seeds {', '.join(map(str, args.seeds))}). `agent`, `random` and `sa` know nothing of the hardware; "
-             "`sa:heuristic` starts from the expert heuristic pass and is there for reference.", "",
-             "| kernel | spec | " + " | ".join(f"{m} {b}" for m, b in methods) + " |",
-             "|---|---:|" + "---:|" * len(methods)]
-    for name in specs:
+             f"`{command}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, from the runs saved in "
+             f"`{shown(args.runs)}` (finished {finished[0]} to {finished[-1]}, {search_min:.0f} min of searching; "
+             f"{measured_s / 60:.0f} min of measuring again).{agent}", "",
+             f"Machine: {machine()}.", "",
+             "Kernels at the library's quick shapes, none of them seen in training. Each method searched once per "
+             f"seed ({', '.join(map(str, args.seeds))}) with {top} evaluations; each cell is the speed-up over the "
+             "spec of the best program met within that many evaluations of that run, measured again, median over "
+             "the seeds. `agent`, `random` and `sa` know nothing of the hardware; `sa:heuristic` starts from the "
+             "expert heuristic pass and is there for reference.", ""]
+    if len(methods) < len(SEARCHES):
+        lines += [f"Not in this report (runs missing): {', '.join(m for m in SEARCHES if m not in methods)}.", ""]
+    lines += ["| kernel | spec | " + " | ".join(f"{m} {b}" for m, b in columns) + " |",
+              "|---|---:|" + "---:|" * len(columns)]
+    for name in kernels:
         spec_s = remeasured[name, ()]
-        cells = [f"{spec_s / time_of(name, m, b):.2f}x" for m, b in methods]
+        cells = [f"{spec_s / time_of(name, m, b):.2f}x" for m, b in columns]
         lines.append(f"| {name} | {spec_s * 1e6:.1f} us | " + " | ".join(cells) + " |")
-    ratios = {(m, b): geomean([remeasured[n, ()] / time_of(n, m, b) for n in specs]) for m, b in methods}
-    lines.append("| geomean |  | " + " | ".join(f"{ratios[key]:.2f}x" for key in methods) + " |")
-    agent_100 = geomean([time_of(n, "agent", min(100, top)) / time_of(n, "sa", top) for n in specs])
-    lines += ["", f"The bar: the agent at {min(100, top)} evaluations against simulated annealing at {top}, time over "
-              f"time in geometric mean: **{agent_100:.2f}** ({'met' if agent_100 <= 1 else 'not met'}: at most 1 "
-              "means the agent matches it).", ""]
+    speedups = {key: geomean([remeasured[n, ()] / time_of(n, *key) for n in kernels]) for key in columns}
+    lines += ["| geomean |  | " + " | ".join(f"{speedups[key]:.2f}x" for key in columns) + " |", ""]
+    bar_lines, ratios = bars(time_of, kernels, methods, top)
     plot = args.out.with_suffix(".png")
-    draw(runs, specs, top, plot)
-    lines.append(f"Plot: `{shown(plot)}` (best time so far over "
-                 "the spec's, as each search timed it, seed 0).")
+    draw(runs, kernels, methods, args.seeds, top, plot)
+    lines += bar_lines
+    lines.append(f"Plot: `{shown(plot)}` (best time so far over the spec's, as each search timed it: one faint line "
+                 "per seed, the median over the seeds in bold).")
     args.out.write_text("\n".join(lines) + "\n")
-    (args.out.with_suffix(".json")).write_text(json.dumps(
-        {f"{n}|{m}|{b}": time_of(n, m, b) for n in specs for m, b in methods} | {f"{n}|spec": remeasured[n, ()]
-                                                                                 for n in specs}, indent=1))
+    args.out.with_suffix(".json").write_text(json.dumps(
+        {f"{n}|{m}|{b}": time_of(n, m, b) for n in kernels for m, b in columns}
+        | {f"{n}|spec": remeasured[n, ()] for n in kernels} | {"bars": ratios}, indent=1))
     print("\n".join(lines))
 
 
-def draw(runs: dict, specs: dict[str, Program], top: int, path: Path) -> None:
+def draw(runs: dict[Key, Run], kernels: list[str], methods: list[str], seeds: list[int], top: int,
+         path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, len(specs), figsize=(4 * len(specs), 3.2), squeeze=False)
-    for axis, name in zip(axes[0], specs, strict=True):
-        for method in ("agent", "random", "sa", "sa:heuristic"):
-            run = runs.get((name, method, top, 0))
-            if run is None:
-                continue
-            xs, ys = curve(run)
-            spec_s = ys[0]
-            axis.step(xs, [y / spec_s for y in ys], where="post", label=method)
+    figure, axes = plt.subplots(1, len(kernels), figsize=(4 * len(kernels), 3.2), squeeze=False)
+    xs = list(range(top + 1))
+    for axis, name in zip(axes[0], kernels, strict=True):
+        for method, colour in zip(methods, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False):
+            curves = []
+            for seed in seeds:
+                run = runs[name, method, seed]
+                costs = [best_within(run, x).cost for x in xs]
+                curves.append([c / costs[0] for c in costs])
+                axis.step(xs, curves[-1], where="post", color=colour, alpha=0.25, linewidth=0.8)
+            axis.step(xs, [statistics.median(column) for column in zip(*curves, strict=True)], where="post",
+                      color=colour, linewidth=1.8, label=method)
         axis.set_title(name)
         axis.set_xlabel("evaluations")
         axis.set_yscale("log")

@@ -1,0 +1,74 @@
+"""bench/agent_heldout.py: every budget read from one run, runs saved as they finish and taken back
+only for the same budget, spec and agent, and the issue's bars computed from the times."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from test_agent_search import FakeRunner
+
+from agent.evaluate import Evaluation
+from dojo_ir import load
+from dojo_ir.library import KERNELS
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.agent_heldout import SEARCHES, bars, best_within, load_run, policy_hash, run_and_save  # noqa: E402
+
+
+def evaluation(index: int, median_s: float | None) -> Evaluation:
+    return Evaluation(index, (f"move{index}",), f"hash{index}", median_s, median_s is not None, None, 0.0)
+
+
+def test_the_best_at_each_budget_is_read_from_one_run_by_the_evaluations_index() -> None:
+    run = [evaluation(0, 3.0), evaluation(1, None), evaluation(2, 2.0), evaluation(3, 2.0), evaluation(4, 1.0)]
+    assert [best_within(run, n).index for n in (0, 1, 3, 4, 200)] == [0, 0, 2, 4, 4]
+
+
+def test_a_run_is_saved_when_it_finishes_and_taken_back_for_the_same_budget_spec_and_policy(tmp_path: Path) -> None:
+    spec = load(KERNELS["softmax"].text(m=4, n=16))
+    key, described = ("softmax", "random", 0), {"budget": 3, "spec": "s", "policy": "p"}
+    run = run_and_save(spec, tmp_path, key, 3, FakeRunner(), tmp_path, described)
+    assert [e.index for e in run] == list(range(len(run))) and 1 < len(run) <= 4
+    logged = [e.to_json() for e in run]
+    assert [e.to_json() for e in load_run(tmp_path, key, described)] == logged
+    assert load_run(tmp_path, key, described | {"budget": 200}) is None
+    assert load_run(tmp_path, key, described | {"policy": "another agent"}) is None
+    assert load_run(tmp_path, ("softmax", "random", 1), described) is None
+
+    interrupted = ("softmax", "sa", 0)
+    with pytest.raises(KeyboardInterrupt):
+        run_and_save(spec, tmp_path, interrupted, 3, FakeRunner(interrupt_at=2), tmp_path, described)
+    assert load_run(tmp_path, interrupted, described) is None  # half a run is not a run
+    again = run_and_save(spec, tmp_path, interrupted, 3, FakeRunner(), tmp_path, described)
+    assert [e.to_json() for e in load_run(tmp_path, interrupted, described)] == [e.to_json() for e in again]
+
+
+def test_the_policy_hash_is_the_policy_files_whether_named_by_its_directory_or_itself(tmp_path: Path) -> None:
+    (tmp_path / "policy.pt").write_bytes(b"one network")
+    assert policy_hash(tmp_path) == policy_hash(tmp_path / "policy.pt")
+    other = tmp_path / "other.pt"
+    other.write_bytes(b"another network")
+    assert policy_hash(other) != policy_hash(tmp_path)
+
+
+def test_the_bars_compare_the_agent_at_100_with_the_others_at_200() -> None:
+    times = {"k": {("agent", 100): 1.0, ("random", 200): 1.0, ("sa", 200): 2.0, ("sa:heuristic", 200): 0.5},
+             "j": {("agent", 100): 4.0, ("random", 200): 4.0, ("sa", 200): 2.0, ("sa:heuristic", 200): 3.0}}
+
+    def time_of(kernel: str, method: str, budget: int) -> float:
+        return times[kernel][method, budget]
+
+    lines, ratios = bars(time_of, ["k", "j"], list(SEARCHES), 200)
+    text = "\n".join(lines)
+    assert "1.000 (random) and 1.000 (sa): **met**" in text  # sa: sqrt(1/2 * 4/2)
+    assert "0.612: **met**" in text  # sqrt(0.5 * 0.75) of sa:heuristic's speed-up
+    assert ratios["agent 100 / random 200"] == 1.0
+    times["j"]["agent", 100] = 5.0
+    text = "\n".join(bars(time_of, ["k", "j"], list(SEARCHES), 200)[0])
+    assert "1.118 (random) and 1.118 (sa): **not met**" in text and "0.548: **not met**" in text
+    assert "(a) Not computed: no runs of agent" in "\n".join(bars(time_of, ["k"], ["sa"], 200)[0])
