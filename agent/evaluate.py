@@ -87,6 +87,22 @@ class Evaluation:
                    d.get("error"), float(d.get("wall_s", 0.0)))
 
 
+def read_log(path: Path) -> tuple[dict[str, Any] | None, list[Evaluation]]:
+    """A log's first line (None in a log older than it) and its evaluations, in order; a torn line
+    (a crash while writing) is left out."""
+    header, evaluations = None, []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+        try:
+            record = json.loads(line)
+            if number == 0 and isinstance(record, dict) and "spec" in record:
+                header = record
+            else:
+                evaluations.append(Evaluation.from_json(record))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return header, evaluations
+
+
 class BudgetExhausted(Exception):
     """Raised by `evaluate` when a new program would need an evaluation beyond the budget, the
     time limit has passed, or `should_stop` said so."""
@@ -187,15 +203,21 @@ class Evaluator:
 
     def _record(self, evaluation: Evaluation, program: Program | None) -> None:
         if self.log is not None:
-            with open(self.log, "a", encoding="utf-8") as out:
-                if evaluation.index == 0:
-                    out.write(json.dumps(self.header()) + "\n")
-                out.write(json.dumps(evaluation.to_json()) + "\n")
+            self._append([self.header(), evaluation.to_json()] if evaluation.index == 0 else [evaluation.to_json()])
         before = self.best_cost
         self._absorb(evaluation, program)
         improved = evaluation.index == 0 or evaluation.cost < before
         if self.on_evaluation is not None:
             self.on_evaluation(evaluation, improved)
+
+    def _append(self, records: list[dict[str, Any]]) -> None:
+        assert self.log is not None
+        with open(self.log, "a+b") as out:
+            end = out.tell()
+            torn = end > 0 and out.seek(end - 1) >= 0 and out.read(1) != b"\n"
+            # a torn last line (a crash mid-write) stays alone on its line, rather than swallow this record
+            text = ("\n" if torn else "") + "".join(json.dumps(record) + "\n" for record in records)
+            out.write(text.encode())
 
     def _absorb(self, evaluation: Evaluation, program: Program | None) -> None:
         self.cache[evaluation.hash] = evaluation.cost
@@ -221,12 +243,7 @@ class Evaluator:
         refused with ValueError; a torn last line (a crash while writing) is ignored."""
         if not log.exists():
             return 0
-        entries = []
-        for line in log.read_text(encoding="utf-8").splitlines():
-            try:
-                entries.append(Evaluation.from_json(json.loads(line)))
-            except (ValueError, KeyError, TypeError):
-                continue
+        _, entries = read_log(log)
         if not entries:
             return 0
         if entries[0].index != 0 or entries[0].hash != text_hash(self.start):

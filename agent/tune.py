@@ -84,6 +84,11 @@ class TuneResult:
                 "history": [[i, None if math.isinf(t) else t] for i, t in self.history]}
 
 
+def _graph_of(method: str, graph: str) -> str:
+    """The graph `method` searches: the agent plays one move at a time, the passes search none."""
+    return graph if method in METHODS else "edges" if method == AGENT else ""
+
+
 def _finite(x: float) -> float | None:
     return None if math.isinf(x) else x
 
@@ -121,7 +126,7 @@ def tune(spec: Program, method: str, budget: int, *, spec_path: str, graph: str 
 
     evaluator = Evaluator(spec, prefix=prefix, runner=runner, target=target, repeats=repeats, warmup=1, log=log,
                           budget=max(budget, 1) if method in PASSES else budget, time_limit_s=time_limit_s,
-                          should_stop=stop, source={"method": method, "graph": graph if method in METHODS else ""})
+                          should_stop=stop, source={"method": method, "graph": _graph_of(method, graph)})
     session_start = [0]
     start_hash = text_hash(evaluator.start)
 

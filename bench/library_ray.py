@@ -17,7 +17,6 @@ workers.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agent.evaluate import read_log  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
 from libgen import BuildEvent, build_library, library_kernel  # noqa: E402
 from libgen.cluster import Cluster  # noqa: E402
@@ -55,9 +55,9 @@ def run(workers: int, method: str, budget: int, min_time_s: float, scratch: Path
         built = time.perf_counter()
     evaluations = failed = 0
     for log in (out / "logs").glob("*.jsonl"):
-        entries = [json.loads(line) for line in log.read_text().splitlines()]
+        entries = read_log(log)[1]
         evaluations += len(entries)
-        failed += sum(not e["ok"] for e in entries)
+        failed += sum(not e.ok for e in entries)
     return {"workers": workers, "start_s": ready - started, "tuning_s": max(tuned_at) - ready,
             "wall_s": built - ready, "evaluations": evaluations,
             "failed": failed, "load_before": load_before, "load_after": os.getloadavg()[0]}

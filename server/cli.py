@@ -321,6 +321,14 @@ def _start(program, path: str) -> tuple:
     return _load(str(spec_file)), list(program.derivation.moves), spec_file
 
 
+def _not_the_spec(out: Path | None, spec_file: Path, command: str) -> None:
+    """Refuse to write a derived program over the spec its derivation names: the spec would be lost
+    and the file would no longer replay."""
+    if out is not None and out.resolve() == spec_file:
+        raise CommandError(f"{out}: error: dojo {command}: this file is the spec of the result; write the result to "
+                           "another file with --out")
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     # imported here so that the commands that do not tune start without the agent
     from agent.tune import TuneProgress, tune
@@ -332,6 +340,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if not out.resolve().parent.is_dir():
         raise CommandError(f"{out}: error: cannot write: the directory {out.parent} does not exist")
     spec, prefix, spec_file = _start(program, args.file)
+    _not_the_spec(out, spec_file, "tune")
     relative = os.path.relpath(spec_file, out.resolve().parent)
     tty = sys.stderr.isatty()
 
@@ -448,6 +457,7 @@ def cmd_agent_continue(args: argparse.Namespace) -> int:
     program = _load(args.file)
     spec, prefix, spec_file = _start(program, args.file)
     out = Path(args.file) if args.write else Path(args.out) if args.out else None
+    _not_the_spec(out, spec_file, "agent continue")
 
     def step(s: Step) -> None:
         time_s = "failed" if s.time_s is None else _seconds(s.time_s)

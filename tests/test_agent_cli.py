@@ -11,6 +11,7 @@ import pytest
 from test_agent_search import FakeRunner
 
 import runner.local
+from agent.evaluate import read_log
 from dojo_ir import load
 from dojo_ir.library import KERNELS
 from server.cli import main
@@ -41,7 +42,7 @@ def test_tune_writes_a_program_that_replays_and_the_log(softmax: Path, tmp_path:
     assert 'spec "../softmax.dojo"' in out.read_text()
     replayed = dojo("replay", str(out))
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-    entries = [json.loads(line) for line in (tmp_path / "out" / "best.dojo.jsonl").read_text().splitlines()]
+    entries = [e.to_json() for e in read_log(tmp_path / "out" / "best.dojo.jsonl")[1]]
     assert entries[0]["index"] == 0 and entries[0]["ok"] and len(entries) == summary["evaluations"] + 1
     assert "evaluations, best" in done.stderr
 
@@ -54,7 +55,7 @@ def test_tune_resumes_from_its_log_and_tunes_a_derived_file(softmax: Path, tmp_p
     common = [str(softmax), "--method", "random", "--min-time", "0", "--out", str(out)]
     assert main(["tune", *common, "--budget", "3"]) == 0
     assert main(["tune", *common, "--budget", "6", "--resume"]) == 0
-    log = [json.loads(line) for line in out.with_name("best.dojo.jsonl").read_text().splitlines()]
+    log = [e.to_json() for e in read_log(out.with_name("best.dojo.jsonl"))[1]]
     assert [e["index"] for e in log] == list(range(len(log))) and len(log) <= 7
     assert len({e["hash"] for e in log}) == len(log)  # nothing evaluated twice
     assert main(["replay", str(out)]) == 0
@@ -74,9 +75,9 @@ def test_ctrl_c_keeps_the_best_so_far(softmax: Path, tmp_path: Path, monkeypatch
     assert code == 130
     assert "interrupted" in capsys.readouterr().err
     assert main(["replay", str(out)]) == 0
-    log = out.with_name("best.dojo.jsonl").read_text().splitlines()
+    log = [e.to_json() for e in read_log(out.with_name("best.dojo.jsonl"))[1]]
     assert len(log) == 5
-    best = min((json.loads(line) for line in log), key=lambda e: e["median_s"])
+    best = min(log, key=lambda e: e["median_s"])
     assert list(load(out.read_text()).derivation.moves) == best["moves"]
 
 
@@ -98,22 +99,33 @@ def test_the_agent_trains_continues_a_file_and_tunes_from_the_command_line(softm
                  "--out", str(run))
     assert again.returncode == 1 and "resume" in again.stderr
 
-    played = dojo("agent", "continue", str(softmax), "--checkpoint", str(run), "--steps", "2", "--write", "--json")
+    spec_text = softmax.read_text()
+    refused = dojo("agent", "continue", str(softmax), "--checkpoint", str(run), "--steps", "2", "--write")
+    assert refused.returncode == 1 and "is the spec of the result" in refused.stderr
+    assert softmax.read_text() == spec_text  # a spec is never overwritten by what derives from it
+
+    derived = tmp_path / "derived.dojo"
+    played = dojo("agent", "continue", str(softmax), "--checkpoint", str(run), "--steps", "2", "-o", str(derived),
+                  "--json")
     assert played.returncode == 0, played.stderr
     summary = json.loads(played.stdout)
     assert 1 <= len(summary["steps"]) <= 2 and summary["start_s"] > 0
     assert "1: " in played.stderr  # each step as it is played
-    text = softmax.read_text()
-    assert ("spec " in text) == bool(summary["moves"])  # the spec stays as it was when nothing beat it
-    assert summary["out"] == (str(softmax) if summary["moves"] else None)
+    assert summary["out"] == str(derived) and ("spec " in derived.read_text()) == bool(summary["moves"])
+    assert dojo("check", str(derived)).returncode == 0
     if summary["moves"]:
-        assert dojo("replay", str(softmax)).returncode == 0
+        assert dojo("replay", str(derived)).returncode == 0
+        again = dojo("agent", "continue", str(derived), "--checkpoint", str(run), "--steps", "1", "--write")
+        assert again.returncode == 0, again.stderr  # a derived file is rewritten in place, its moves kept
+        assert dojo("replay", str(derived)).returncode == 0
 
     out = tmp_path / "tuned.dojo"
     tuned = dojo("tune", str(softmax), "--method", "agent", "--checkpoint", str(run), "--budget", "2",
                  "--min-time", "0", "--out", str(out), "--json")
     assert tuned.returncode == 0, tuned.stderr
     assert json.loads(tuned.stdout)["evaluations"] <= 2 and dojo("replay", str(out)).returncode == 0
+    header = json.loads((tmp_path / "tuned.dojo.jsonl").read_text().splitlines()[0])
+    assert (header["method"], header["graph"]) == ("agent", "edges")  # experience for the next agent
     shipped = dojo("tune", str(softmax), "--method", "agent", "--budget", "1", "--min-time", "0", "--out", str(out))
     assert shipped.returncode == 0, shipped.stderr  # the agent that comes with PerfDojo
 

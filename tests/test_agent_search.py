@@ -5,13 +5,12 @@ depends on this machine's timing."""
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from agent.evaluate import Evaluator, text_hash
+from agent.evaluate import Evaluator, read_log, text_hash
 from agent.tune import TuneProgress, tune
 from dojo_ir import interpret, load, random_inputs, to_text
 from dojo_ir.derivation import verify, without_comments
@@ -98,7 +97,7 @@ def test_the_evaluator_caches_by_canonical_text_and_failures_cost_infinity(tmp_p
     calls = len(runner.calls)
     assert evaluator.evaluate(fused + a) is not None and len(runner.calls) == calls
     assert evaluator.evaluate(["parallelize_scope(op=m#1, depth=0)"]) == float("inf")
-    lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    lines = [e.to_json() for e in read_log(tmp_path / "log.jsonl")[1]]
     assert [e["index"] for e in lines] == list(range(len(lines)))
     assert lines[-1]["ok"] is False and lines[-1]["median_s"] is None and lines[-1]["error"]
     assert lines[0]["moves"] == [] and lines[0]["hash"] == text_hash(spec)
@@ -110,11 +109,11 @@ def test_the_log_resumes_without_running_anything_again(tmp_path: Path, method: 
     first = FakeRunner()
     tune(spec, method, 5, spec_path="s.dojo", runner=first, log=log, seed=2, final_min_time_s=0.0)
     searched = first.calls[:6]  # evaluation 0 and five more; then the final measurement
-    assert len(log.read_text().splitlines()) == 6
+    assert len(read_log(log)[1]) == 6
     second = FakeRunner()
     result = tune(spec, method, 10, spec_path="s.dojo", runner=second, log=log, seed=2, resume=True,
                   final_min_time_s=0.0)
-    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    entries = [e.to_json() for e in read_log(log)[1]]
     assert [e["index"] for e in entries] == list(range(len(entries))) and len(entries) <= 11
     assert result.evaluations == len(entries) - 1
     new = second.calls[:len(entries) - 6]
@@ -130,7 +129,7 @@ def test_resume_restores_the_best_program(tmp_path: Path) -> None:
     tune(spec, "random", 8, spec_path="s.dojo", runner=FakeRunner(), log=log, seed=1, final_min_time_s=0.0)
     evaluator = Evaluator(spec, runner=FakeRunner())
     assert evaluator.resume(log) == 9
-    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    entries = [e.to_json() for e in read_log(log)[1]]
     best = min((e for e in entries if e["ok"]), key=lambda e: e["median_s"])
     assert evaluator.best_cost == best["median_s"] and evaluator.best_moves == tuple(best["moves"])
     assert text_hash(evaluator.best_program) == best["hash"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.evaluate import text_hash
+from agent.evaluate import read_log, text_hash
 from dojo_ir import load
 from dojo_ir.library import KERNELS
 from libgen import BuildEvent, LibraryError, build_library, resolve
@@ -26,7 +26,7 @@ def dojo(*args: str) -> subprocess.CompletedProcess:
 
 
 def _log(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return [e.to_json() for e in read_log(path)[1]]
 
 
 def test_an_interrupted_build_keeps_finished_kernels_and_resumes_the_half_finished_search(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
 
+from agent.evaluate import read_log  # noqa: E402
 from libgen import build_library, resolve  # noqa: E402
 from libgen.cluster import Cluster  # noqa: E402
 
@@ -107,8 +108,7 @@ def test_a_worker_killed_mid_search_loses_no_evaluation_and_its_work_is_retried(
     assert together and all(len(set(sample.values())) == 2 for sample in together)
     assert result.tuned == tuple(KERNELS)
     for name in KERNELS:
-        entries = [json.loads(line) for line in (tmp_path / "logs" / f"{name}.sa.edges.jsonl").read_text()
-                   .splitlines()]
+        entries = [e.to_json() for e in read_log(tmp_path / "logs" / f"{name}.sa.edges.jsonl")[1]]
         assert [e["index"] for e in entries] == list(range(len(entries)))
         # the evaluation whose worker died was run again elsewhere: no evaluation failed
         assert all(e["ok"] for e in entries), [e["error"] for e in entries if not e["ok"]]

@@ -15,7 +15,7 @@ from test_perfllm_fakes import FakeEmbedder
 from agent.evaluate import Evaluator
 from agent.perfllm.actions import observe
 from agent.perfllm.checkpoint import load_policy
-from agent.perfllm.experience import read_log, read_logs, transitions
+from agent.perfllm.experience import read_game, read_games, transitions
 from agent.perfllm.game import legal_moves
 from agent.perfllm.learner import LearnerConfig
 from agent.perfllm.train import train
@@ -55,7 +55,7 @@ def test_a_logs_first_line_names_its_spec_and_search(tmp_path: Path) -> None:
 
 
 def test_every_step_of_a_search_is_a_transition_and_every_program_a_stop(tmp_path: Path) -> None:
-    game = read_log(searched(tmp_path / "a.jsonl"), "native")
+    game = read_game(searched(tmp_path / "a.jsonl"), "native")
     assert not isinstance(game, str) and game.start_s == 1e-3 and len(game.evaluations) == 25
     found = list(transitions(game, FakeEmbedder(), "native"))
     steps = [t for t, _ in found if not t.terminal]
@@ -81,7 +81,7 @@ def test_logs_that_know_the_hardware_or_belong_elsewhere_are_skipped_with_the_re
     arm.write_text(free.read_text().replace('"target": "native"', '"target": "arm-neon"', 1))
     garbage = tmp_path / "garbage.jsonl"
     garbage.write_bytes(b"\xff\xfe not json")
-    games, skipped = read_logs([free, expert, old, arm, garbage], "native")
+    games, skipped = read_games([free, expert, old, arm, garbage], "native")
     assert [g.path for g in games] == [free]
     assert [reason.split(":")[0] for reason in skipped] == [str(p) for p in (expert, old, arm, garbage)]
     assert "knows the hardware" in skipped[0] and "older" in skipped[1] and "arm-neon" in skipped[2]

@@ -1,7 +1,7 @@
 """Experience from logs: what `dojo tune`, `dojo agent` and `dojo library build` measured, as the
 agent's transitions.
 
-    games, skipped = read_logs(paths, target="native")   # the heuristic-free logs among `paths`
+    games, skipped = read_games(paths, target="native")   # the heuristic-free logs among `paths`
     for transition, vectors in transitions(game, embedder):
         buffer.push(transition, vectors)
 
@@ -24,7 +24,6 @@ with the reason.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ import torch
 
 from dojo_ir import DojoError, Program, load
 
-from ..evaluate import Evaluation, replay_moves
+from ..evaluate import Evaluation, read_log, replay_moves
 from .actions import Observation, observe
 from .embed import Embedding
 from .replay import Transition
@@ -53,14 +52,13 @@ class LoggedGame:
     evaluations: tuple[Evaluation, ...]
 
 
-def read_log(path: Path, target: str) -> LoggedGame | str:
+def read_game(path: Path, target: str) -> LoggedGame | str:
     """The log at `path` as a game, or why it is not one to learn from."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-        header = json.loads(lines[0]) if lines else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        header, evaluations = read_log(path)
+    except (OSError, UnicodeDecodeError) as error:
         return f"{path}: not a log of evaluations ({error})"
-    if not isinstance(header, dict) or not isinstance(header.get("spec"), str):
+    if header is None or not isinstance(header.get("spec"), str):
         return f"{path}: no first line naming its spec and search (a log older than that)"
     source = (header.get("method"), header.get("graph"))
     if source not in HEURISTIC_FREE:
@@ -74,12 +72,6 @@ def read_log(path: Path, target: str) -> LoggedGame | str:
     start, applied = replay_moves(spec, header.get("prefix", []))
     if applied != header.get("prefix", []):
         return f"{path}: its starting moves do not apply to its spec"
-    evaluations = []
-    for line in lines[1:]:
-        try:
-            evaluations.append(Evaluation.from_json(json.loads(line)))
-        except (ValueError, KeyError, TypeError):
-            continue  # a torn line, as `Evaluator.resume` skips it
     if not evaluations or evaluations[0].index != 0 or math.isinf(evaluations[0].cost):
         return f"{path}: no time for its starting program"
     skip = len(header.get("prefix", []))
@@ -88,11 +80,11 @@ def read_log(path: Path, target: str) -> LoggedGame | str:
                             for e in evaluations[1:]))
 
 
-def read_logs(paths: Sequence[Path], target: str) -> tuple[list[LoggedGame], list[str]]:
+def read_games(paths: Sequence[Path], target: str) -> tuple[list[LoggedGame], list[str]]:
     """The games of the logs among `paths` that can be learned from, and why each other was skipped."""
     games, skipped = [], []
     for path in paths:
-        game = read_log(path, target)
+        game = read_game(path, target)
         (skipped if isinstance(game, str) else games).append(game)
     return games, skipped
 

@@ -61,7 +61,7 @@ from ..evaluate import Evaluator, text_hash
 from .checkpoint import CHECKPOINT, FORMAT, POLICY, check_embedding, load, policy_state, save_atomically
 from .curve import plot, write_jsonl
 from .embed import Embedding, shared
-from .experience import read_logs, transitions
+from .experience import read_games, transitions
 from .game import Cost, Costs
 from .learner import Learner, LearnerConfig
 from .play import PlayResult, play
@@ -207,7 +207,7 @@ def train(kernels: Sequence[tuple[str, Program]], out: Path, *, episodes: int, m
 def _pretrain(run: _Run, logs: Sequence[Path], updates: int, embedder: Embedding, target: str,
               say: Callable[[str], None]) -> None:
     """Fill the run's replay buffer with the steps of `logs` and take `updates` gradient steps on it."""
-    games, skipped = read_logs(logs, target)
+    games, skipped = read_games(logs, target)
     for reason in skipped:
         say(f"skipped {reason}")
     for game in games:
