@@ -4,8 +4,9 @@ Each feature is a module of `features/` with a `register(server)` function, as
 esbonio builds its server; `create_server` registers the ones it is given, so
 a test or an embedding can leave any out. The state shared by features lives
 here: the settings, one immutable `Snapshot` per open document, the
-measurements, and the background tasks (kept so that none is garbage-collected
-half-way, and so that a failing one is logged instead of lost).
+measurements, the agent's ratings of the moves, and the background tasks
+(kept so that none is garbage-collected half-way, and so that a failing one
+is logged instead of lost).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pygls.lsp.server import LanguageServer
 
 from .documents import Snapshot
 from .measurements import Measurements
+from .ratings import Ratings
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,7 @@ class DojoServer(LanguageServer):
         self.measurements = Measurements(on_change=self.refresh_inlay_hints)
         self._snapshots: dict[str, Snapshot] = {}
         self._tasks: set[asyncio.Task] = set()
+        self.ratings = Ratings(self.spawn, self.log_to_client)
 
     def snapshot(self, uri: str) -> Snapshot:
         """The current version of the open document at `uri`, analysed on
@@ -51,6 +54,7 @@ class DojoServer(LanguageServer):
 
     def forget(self, uri: str) -> None:
         self._snapshots.pop(uri, None)
+        self.ratings.forget(uri)
 
     def spawn(self, work: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
         """Run `work` in the background, tracked; its failure is logged, never raised into the server."""
@@ -64,6 +68,10 @@ class DojoServer(LanguageServer):
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+    def log_to_client(self, message: str) -> None:
+        """One line in the client's log of the server (window/logMessage), not a notification."""
+        self.window_log_message(lsp.LogMessageParams(type=lsp.MessageType.Warning, message=message))
 
     def refresh_inlay_hints(self) -> None:
         """Ask the client to ask again, where it can: results arrive after the hints were drawn."""

@@ -25,6 +25,7 @@ class Settings:
     tune_budget: int = 100  # evaluations of `dojo.tune` when the command does not say
     agent_checkpoint: str = ""  # what `dojo agent train` wrote, for `dojo.agent.continue`
     agent_steps: int = 10  # moves of `dojo.agent.continue` when the command does not say
+    rank_quick_fixes: bool = True  # order the quick-fixes by the agent's predicted speed-up
 
     @property
     def runner_name(self) -> str:
@@ -44,6 +45,7 @@ _KEYS = {
     "agent.checkpoint": ("agent_checkpoint", lambda v: isinstance(v, str), "a directory or an empty string"),
     "agent.steps": ("agent_steps", lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 10_000,
                     "an integer from 1 to 10000"),
+    "agent.rankQuickFixes": ("rank_quick_fixes", lambda v: isinstance(v, bool), "true or false"),
 }
 
 

@@ -1,5 +1,10 @@
 """Code actions: every legal move whose node covers the cursor's lines.
 
+They come innermost node first, or, once the learned agent has rated the
+version's moves in the background (`ratings.py`, `dojo.agent.rankQuickFixes`),
+best predicted speed-up first, the best one preferred and its title showing
+the prediction. Listing never waits for the agent.
+
 Listing is cheap (the snapshot's moves, computed once per version); the edit
 is computed only when the client resolves the action, and refused with
 ContentModified if the document moved on since the list was made, so an edit
@@ -9,6 +14,8 @@ resolve get the edits in the list.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any
 
 from lsprotocol import types as lsp
@@ -36,7 +43,13 @@ def register(server: DojoServer) -> None:
         start, end = params.range.start, params.range.end
         last = end.line if end.character > 0 or end.line == start.line else end.line - 1
         lazy = _resolves_edits(ls)
-        return [action(ls, snapshot, move, lazy) for move in snapshot.moves_at(start.line + 1, last + 1)]
+        moves = snapshot.moves_at(start.line + 1, last + 1)
+        ratings = ls.ratings.request(snapshot, ls.settings)
+        if not ratings:
+            return [action(ls, snapshot, move, lazy) for move in moves]
+        order = ranked(moves, ratings)
+        return [action(ls, snapshot, move, lazy, ratings.get(str(move)) if i == 0 else None)
+                for i, move in enumerate(order)]
 
     @server.feature(lsp.CODE_ACTION_RESOLVE)
     def resolve(ls: DojoServer, code_action: lsp.CodeAction) -> lsp.CodeAction:
@@ -60,10 +73,21 @@ def title(move: Move) -> str:
     return f"{KINDS[move.name].TITLE} — {move}"
 
 
-def action(ls: DojoServer, snapshot: Snapshot, move: Move, lazy: bool) -> lsp.CodeAction:
+def ranked(moves: list[Move], ratings: Mapping[str, float]) -> list[Move]:
+    """`moves` by their rating, best first; the moves the agent does not rate (not for the
+    target) after them, and ties, in their given order."""
+    return sorted(moves, key=lambda move: -ratings.get(str(move), -math.inf))
+
+
+def action(ls: DojoServer, snapshot: Snapshot, move: Move, lazy: bool, preferred: float | None = None
+           ) -> lsp.CodeAction:
+    """The quick-fix of `move`; `preferred`, the predicted speed-up of the best-rated move."""
     data: dict[str, Any] = {"uri": snapshot.uri, "version": snapshot.version, "move": str(move)}
-    return lsp.CodeAction(title=title(move), kind=KIND, data=data,
-                          edit=None if lazy else moves_edit(ls, snapshot, [str(move)]))
+    edit = None if lazy else moves_edit(ls, snapshot, [str(move)])
+    if preferred is None:
+        return lsp.CodeAction(title=title(move), kind=KIND, data=data, edit=edit)
+    return lsp.CodeAction(title=f"{title(move)} (agent: ×{preferred:.1f})", kind=KIND, data=data, edit=edit,
+                          is_preferred=True)
 
 
 def moves_edit(ls: DojoServer, snapshot: Snapshot, moves: list[str]) -> lsp.WorkspaceEdit:
