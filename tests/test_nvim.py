@@ -52,7 +52,8 @@ if vim.env.DOJO_TEST_CMD ~= "default" then
 end
 require("dojo").setup({
   cmd = cmd,
-  settings = { dojo = { measure = { automatic = false } } },
+  -- unranked quick-fixes: the first one is the innermost node's, whenever the agent is ready
+  settings = { dojo = { measure = { automatic = false }, agent = { rankQuickFixes = false } } },
 })
 """
 

@@ -37,7 +37,8 @@ async def test_the_configured_checkpoint_is_used_and_one_that_is_not_there_is_th
     uri = editor.open(derived_file(tmp_path, "relu", KERNELS["relu"].small()))
     answer = await agent_continue(editor, uri, {"steps": 2})
     assert answer == {"applied": False, "reason": "the agent cannot play: no agent checkpoint at /nonexistent/agent"}
-    editor.client.set_configuration({"dojo": {**SETTINGS["dojo"], "agent": {"checkpoint": str(tmp_path / "none")}}})
+    editor.client.set_configuration({"dojo": {**SETTINGS["dojo"], "agent": {**SETTINGS["dojo"]["agent"],
+                                                                     "checkpoint": str(tmp_path / "none")}}})
     editor.client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
     for _ in range(100):  # until the server has read the new settings
         answer = await agent_continue(editor, uri, {"steps": 2})

@@ -18,6 +18,15 @@ def test_a_wrong_value_keeps_its_default_and_is_reported():
     assert "expected one of native" in problems[0]
 
 
+def test_ranking_the_quick_fixes_is_on_unless_turned_off():
+    assert Settings().rank_quick_fixes
+    assert read_settings({"agent": {"rankQuickFixes": False}}) == (Settings(rank_quick_fixes=False), [])
+    assert read_settings({"agent.rankQuickFixes": False})[0] == Settings(rank_quick_fixes=False)
+    settings, problems = read_settings({"agent": {"rankQuickFixes": "no"}})
+    assert settings == Settings()
+    assert problems == ["setting `dojo.agent.rankQuickFixes` is 'no'; expected true or false"]
+
+
 def test_unknown_keys_and_nulls_are_ignored():
     assert read_settings({"server": {"path": "/x"}, "target": None}) == (Settings(), [])
     assert read_settings(None) == (Settings(), [])
