@@ -109,6 +109,11 @@ function serverSettings(): Record<string, unknown> {
     repetitions: config.get<number>("repetitions"),
     measure: { automatic: config.get<boolean>("measure.automatic") },
     tune: { budget: config.get<number>("tune.budget") },
+    agent: {
+      checkpoint: config.get<string>("agent.checkpoint"),
+      steps: config.get<number>("agent.steps"),
+      rankQuickFixes: config.get<boolean>("agent.rankQuickFixes"),
+    },
   };
 }
 

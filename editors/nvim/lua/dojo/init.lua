@@ -2,7 +2,8 @@
 --
 --   require("dojo").setup({
 --     cmd = nil,        -- default: <workspace>/.venv/bin/dojo-lsp, else `dojo-lsp` on the PATH
---     settings = { dojo = { target = "native", repetitions = 10, measure = { automatic = true } } },
+--     settings = { dojo = { target = "native", repetitions = 10, measure = { automatic = true },
+--                           agent = { checkpoint = "", rankQuickFixes = true } } },
 --     keymaps = { ... } -- or false
 --   })
 --
