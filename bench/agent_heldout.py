@@ -8,8 +8,8 @@ For each held-out kernel, at the library's quick shape, and each seed, every met
 from the spec with the local runner, `max(--budgets)` evaluations, each timed once (3
 repetitions) and verified:
 
-- `agent`: the agent of `--checkpoint` as a search (`agent.perfllm.search`: best first by its
-  Q-values, learning from the times as it goes);
+- `agent`: the agent of `--checkpoint` as a search (`agent.perfllm.search`: parents drawn by
+  their measured times, the move out of each by its Q-values, learning from the times as it goes);
 - `random`: random sampling on the edges graph;
 - `sa`: simulated annealing on the edges graph;
 - `sa:heuristic`, for reference: simulated annealing on the heuristic graph, which starts from
@@ -53,7 +53,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.evaluate import Evaluation, Evaluator, replay_moves, text_hash  # noqa: E402
+from agent.evaluate import Evaluation, Evaluator, read_log, replay_moves, text_hash  # noqa: E402
 from agent.perfllm.checkpoint import POLICY, SHIPPED  # noqa: E402
 from agent.search import METHODS, make_graph  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
@@ -93,8 +93,7 @@ def load_run(runs: Path, key: Key, wanted: dict) -> Run | None:
     saved = json.loads(described.read_text())
     if any(saved.get(k) != v for k, v in wanted.items()):
         return None
-    lines = (json.loads(line) for line in log.read_text().splitlines() if line.strip())
-    return [Evaluation.from_json(d) for d in lines if "index" in d]  # a log may open with a header
+    return read_log(log)[1]
 
 
 def run_search(spec: Program, method: str, budget: int, seed: int, runner: Runner, checkpoint: Path,

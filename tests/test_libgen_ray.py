@@ -85,7 +85,7 @@ def test_a_worker_killed_mid_search_loses_no_evaluation_and_its_work_is_retried(
     log = tmp_path / "logs" / "softmax.sa.edges.jsonl"
 
     def killer() -> None:
-        while not stop.is_set() and not (log.exists() and len(log.read_text().splitlines()) >= 3):
+        while not stop.is_set() and not (log.exists() and len(read_log(log)[1]) >= 3):
             time.sleep(0.02)
         _kill_one_evaluating_worker(killed, stop)
 
@@ -126,7 +126,7 @@ def test_a_kernel_survives_a_build_stopped_on_the_cluster_and_resumes_locally(cl
     matmul_log = tmp_path / "logs" / "matmul.random.edges.jsonl"
 
     def stopped() -> bool:
-        return matmul_log.exists() and len(matmul_log.read_text().splitlines()) >= 2
+        return matmul_log.exists() and len(read_log(matmul_log)[1]) >= 2
 
     options = {"method": "random", "budget": 6, "name": "lg_ray2", "min_time_s": 0.01}
     with pytest.raises(KeyboardInterrupt):

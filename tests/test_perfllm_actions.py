@@ -10,7 +10,7 @@ import test_perfllm_fakes
 import torch
 from test_perfllm_fakes import FakeEmbedder, real_embedder
 
-from agent.perfllm.actions import STOP, describe, observe
+from agent.perfllm.actions import STOP, changed_lines, describe, observe
 from dojo_ir import load, to_text
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import apply
@@ -26,11 +26,12 @@ MOVES = ("vectorize_scope(op=m#1, depth=1)",     # a `:v`
          "parallelize_scope(op=m#1, depth=0)")
 
 
-def test_a_description_is_the_move_then_the_lines_it_removes_and_adds() -> None:
+def test_a_move_is_described_by_itself_then_the_lines_it_removes_and_adds() -> None:
     before = to_text(TILED)
     after = to_text(apply(TILED, MOVES[0]))
     assert describe(MOVES[0], before, after) == "\n".join([
         MOVES[0], "-48 16 m[{0}*16+{1}] = -inf", "+48 16:v m[{0}*16+{1}] = -inf"])
+    assert changed_lines(before, after) == (["48 16 m[{0}*16+{1}] = -inf"], ["48 16:v m[{0}*16+{1}] = -inf"])
 
 
 def test_an_observation_lists_stop_then_every_legal_move_with_where_it_leads() -> None:
@@ -39,7 +40,12 @@ def test_an_observation_lists_stop_then_every_legal_move_with_where_it_leads() -
     assert seen.actions[0] != seen.actions[1]
     for i, move in enumerate(seen.moves, start=1):
         assert to_text(seen.programs[i]) == to_text(apply(seen.program, move))
-    assert FakeEmbedder().embed_many([STOP])[0].equal(seen.action_vectors([0])[0])
+    fake = FakeEmbedder()
+    assert seen.action_vectors([0])[0].equal(torch.cat([fake.embed_many([STOP])[0], torch.zeros(fake.dim)]))
+    # an action: the move's embedding, then the change its lines make
+    vectorize = seen.moves.index(MOVES[0]) + 1
+    move, removed, added = fake.embed_many([MOVES[0], "48 16 m[{0}*16+{1}] = -inf", "48 16:v m[{0}*16+{1}] = -inf"])
+    assert torch.allclose(seen.action_vectors([vectorize])[0], torch.cat([move, added - removed]))
 
 
 def test_programs_one_move_apart_blur_in_the_text_embedding_and_their_moves_do_not() -> None:

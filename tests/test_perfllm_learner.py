@@ -42,7 +42,7 @@ def vectors_of(*ids: int, dim: int = 2) -> dict[str, torch.Tensor]:
 
 
 def test_double_dqn_lets_the_online_network_choose_and_the_target_network_value() -> None:
-    learner = Learner(dim=2, config=LearnerConfig(gamma=0.5))
+    learner = Learner(dim=2, config=LearnerConfig(gamma=0.5), action_dim=2)
     # at the next state p1, the actions lead to p1 (stop), p2 and p3
     learner.online = TableNet(2, {1: 1.0, 2: 5.0, 3: 2.0})  # picks p2
     learner.target = TableNet(2, {1: 10.0, 2: 4.0, 3: 0.0})  # values p2 at 4
@@ -76,7 +76,7 @@ def test_act_indexes_the_actions_it_is_given() -> None:
     rng = random.Random(0)
     state = torch.randn(4)
     for count in (1, 2, 7):
-        afters = torch.randn(count, 4)
+        afters = torch.randn(count, 8)
         assert all(0 <= learner.act(state, afters, 0.5, rng) < count for _ in range(30))
 
 
@@ -88,7 +88,7 @@ def test_epsilon_falls_linearly_then_stays() -> None:
 def test_a_learner_restored_from_its_state_is_the_same_learner() -> None:
     learner = Learner(dim=4, config=LearnerConfig(hidden=8), seed=3)
     restored = Learner.from_state_dict(learner.state_dict())
-    state, afters = torch.randn(4), torch.randn(3, 4)
+    state, afters = torch.randn(4), torch.randn(3, 8)
     assert torch.equal(restored.q_values(state, afters), learner.q_values(state, afters))
     assert restored.config == learner.config
     assert not torch.equal(Learner(dim=4, config=LearnerConfig(hidden=8), seed=4).q_values(state, afters),
@@ -105,7 +105,9 @@ def unit_vectors(count: int, dim: int = 8, seed: int = 0) -> dict[str, torch.Ten
 
 def trained(transitions: list[Transition], vectors: dict[str, torch.Tensor], updates: int,
             gamma: float = 0.9) -> tuple[Learner, ReplayBuffer, list[float]]:
-    learner = Learner(dim=8, config=LearnerConfig(gamma=gamma, hidden=32, learning_rate=3e-3, tau=0.05), seed=0)
+    # a program's vector stands for the actions that lead to it too: one size for both
+    learner = Learner(dim=8, config=LearnerConfig(gamma=gamma, hidden=32, learning_rate=3e-3, tau=0.05), seed=0,
+                      action_dim=8)
     buffer = ReplayBuffer(100, seed=0)
     for transition in transitions:
         buffer.push(transition, vectors)

@@ -32,7 +32,7 @@ def test_the_network_scores_any_number_of_actions_and_a_state_does_not_see_anoth
     torch.manual_seed(0)
     net = DuelingQNet(dim=8, hidden=16)
     states = torch.randn(2, 8)
-    actions = torch.randn(5, 8)
+    actions = torch.randn(5, 16)
     q = net(states, actions, OWNER)
     assert q.shape == (5,)
     alone = net(states[1:], actions[3:], torch.tensor([0, 0]))

@@ -12,7 +12,7 @@ import test_perfllm_fakes
 import torch
 from test_perfllm_fakes import FakeEmbedder, speedup_cost
 
-from agent.evaluate import Evaluator, replay_moves
+from agent.evaluate import Evaluator, read_log, replay_moves
 from agent.perfllm.checkpoint import EmbeddingMismatch
 from agent.perfllm.learner import LearnerConfig
 from agent.perfllm.play import continue_
@@ -128,7 +128,7 @@ def test_end_to_end_with_the_real_model_and_the_local_runner(tmp_path) -> None:
     record = trained.curve[0]
     assert record["start_s"] > 0 and record["steps"] >= 1
     log = tmp_path / "evaluations" / "add.jsonl"
-    assert [json.loads(line)["ok"] for line in log.read_text().splitlines()][0] is True
+    assert read_log(log)[1][0].ok and read_log(log)[0]["method"] == "agent"
     evaluator = Evaluator(add, runner=LocalRunner(), repeats=3)
     result = continue_(add, tmp_path, 2, evaluator, may_stop=False)
     assert len(result.steps) == 2 and all(s.time_s is not None and s.time_s > 0 for s in result.steps)

@@ -70,7 +70,7 @@ def _describe(identity: dict[str, Any]) -> str:
 
 def policy_state(learner: Learner, embedder: Embedding) -> dict[str, Any]:
     """What `policy.pt` holds: the online network, its configuration and the embedding's identity."""
-    return {"format": FORMAT, "embedding": embedder.identity, "dim": learner.dim,
+    return {"format": FORMAT, "embedding": embedder.identity, "dim": learner.dim, "action_dim": learner.action_dim,
             "config": learner.config.to_json(), "online": learner.online.state_dict()}
 
 
@@ -85,7 +85,7 @@ def load_policy(path: Path, embedder: Embedding | None = None) -> tuple[Learner,
         local = trained.get("name") != DEFAULT_MODEL and directory is not None and Path(directory).is_dir()
         embedder = shared(directory if local else None)
     check_embedding(saved, embedder, file)
-    learner = Learner(int(saved["dim"]), LearnerConfig.from_json(saved["config"]))
+    learner = Learner(int(saved["dim"]), LearnerConfig.from_json(saved["config"]), action_dim=int(saved["action_dim"]))
     learner.online.load_state_dict(saved["online"])
     learner.target.load_state_dict(saved["online"])  # a search that goes on learning starts from it
     return learner, embedder

@@ -101,20 +101,21 @@ def _rows(rows: Sequence[tuple[str, Sequence[str]]]) -> tuple[list[str], torch.T
 class Learner:
     """The online and target networks and their optimiser."""
 
-    def __init__(self, dim: int, config: LearnerConfig | None = None, seed: int = 0):
+    def __init__(self, dim: int, config: LearnerConfig | None = None, seed: int = 0, action_dim: int | None = None):
         self.config = config or LearnerConfig()
         self.dim = dim
+        self.action_dim = 2 * dim if action_dim is None else action_dim  # agent.perfllm.actions: [move; change]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.online = DuelingQNet(dim, self.config.hidden)
-        self.target = DuelingQNet(dim, self.config.hidden)
+            self.online = DuelingQNet(dim, self.config.hidden, self.action_dim)
+        self.target = DuelingQNet(dim, self.config.hidden, self.action_dim)
         self.target.load_state_dict(self.online.state_dict())
         self.target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.online.parameters(), lr=self.config.learning_rate)
         self.updates = 0
 
     def q_values(self, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """Q_online(s, a) for each action vector in `actions` ([K, dim]), a state's legal actions."""
+        """Q_online(s, a) for each action vector in `actions` ([K, action_dim]), a state's legal actions."""
         with torch.no_grad():
             return self.online(state[None], actions, torch.zeros(len(actions), dtype=torch.long))
 
@@ -177,13 +178,13 @@ class Learner:
     # -- checkpoints ---------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        return {"dim": self.dim, "config": self.config.to_json(), "online": self.online.state_dict(),
-                "target": self.target.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "updates": self.updates}
+        return {"dim": self.dim, "action_dim": self.action_dim, "config": self.config.to_json(),
+                "online": self.online.state_dict(), "target": self.target.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "updates": self.updates}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> Learner:
-        learner = cls(int(state["dim"]), LearnerConfig.from_json(state["config"]))
+        learner = cls(int(state["dim"]), LearnerConfig.from_json(state["config"]), action_dim=int(state["action_dim"]))
         learner.online.load_state_dict(state["online"])
         learner.target.load_state_dict(state["target"])
         learner.optimizer.load_state_dict(state["optimizer"])

@@ -1,8 +1,8 @@
 """The Q-network: a dueling network over a changing set of actions (sections 3.1 and 3.3).
 
-The state is s = E(program), one vector of `dim` floats, and an action is the embedding of its
-description, the move and the lines it changes (`agent.perfllm.actions`), so a network of fixed
-size scores however many legal moves a program has. The network has two streams:
+The state is s = E(program), one vector of `dim` floats, and an action is two: the embedding of
+the move as written and the change it makes to the program's lines (`agent.perfllm.actions`), so
+a network of fixed size scores however many legal moves a program has. It has two streams:
 
     V(s)      the value of the state, from E(s)
     A(s, a)   the advantage of each action, from the action's vector
@@ -42,20 +42,21 @@ def dueling(value: torch.Tensor, advantage: torch.Tensor, owner: torch.Tensor) -
 class DuelingQNet(nn.Module):
     """Q(s, a) for embeddings of `dim` floats; see the module's docstring.
 
-    The advantage stream sees the state, the action and their elementwise product: the product
-    lets one layer weigh a move by what the program around it is (a `parallelize_scope` pays on a
-    program with no parallel scope yet, not on one that has)."""
+    The advantage stream sees the state, the action and the product of the state with the move's
+    embedding: the product lets one layer weigh a move by what the program around it is (a
+    `parallelize_scope` pays on a program with no parallel scope yet, not on one that has)."""
 
-    def __init__(self, dim: int, hidden: int = 256):
+    def __init__(self, dim: int, hidden: int = 256, action_dim: int | None = None):
         super().__init__()
         self.dim = dim
+        self.action_dim = 2 * dim if action_dim is None else action_dim
         self.value = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, 1))
-        self.advantage = nn.Sequential(nn.Linear(3 * dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                       nn.Linear(hidden, 1))
+        self.advantage = nn.Sequential(nn.Linear(2 * dim + self.action_dim, hidden), nn.ReLU(),
+                                       nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
     def forward(self, states: torch.Tensor, actions: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
-        """Q for each row of `actions` ([N, dim]), given `states` ([B, dim]) and `owner` ([N],
+        """Q for each row of `actions` ([N, action_dim]), given `states` ([B, dim]) and `owner` ([N],
         the state of each row). Every state needs at least one action."""
         context = states[owner]
-        features = torch.cat([context, actions, context * actions], dim=1)
+        features = torch.cat([context, actions, context * actions[:, :self.dim]], dim=1)
         return dueling(self.value(states)[:, 0], self.advantage(features)[:, 0], owner)

@@ -107,7 +107,7 @@ class ReplayBuffer:
         return {"capacity": self.capacity, "rng": self.rng.getstate(),
                 "transitions": [(t.state, list(t.actions), t.taken, t.reward, t.next_state, list(t.next_actions),
                                  t.terminal) for t in self._transitions],
-                "keys": keys, "vectors": torch.stack([self._vectors[k] for k in keys]) if keys else torch.empty(0)}
+                "keys": keys, "vectors": [self._vectors[k] for k in keys]}  # states' and actions' sizes differ
 
     @classmethod
     def from_state_dict(cls, state: Mapping[str, Any]) -> ReplayBuffer:
