@@ -22,6 +22,9 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
+import os
+import queue
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -60,7 +63,7 @@ class Ratings:
     def __init__(self, spawn: Callable[[Coroutine[Any, Any, Any], str], asyncio.Task], tell: Callable[[str], None]):
         self._spawn = spawn
         self._tell = tell
-        self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="dojo-ratings")
+        self._worker = _Worker()
         self._known: OrderedDict[str, dict[str, float]] = OrderedDict()
         self._raters: dict[Agent, asyncio.Future] = {}
         self._documents: dict[str, _Document] = {}
@@ -103,9 +106,16 @@ class Ratings:
             return
         loop = asyncio.get_running_loop()
         job = self._worker.submit(_rate_moves, rater, program)
+
+        def remember(done: concurrent.futures.Future) -> None:
+            try:
+                loop.call_soon_threadsafe(self._remember, slot, done)
+            except RuntimeError:  # the loop is closed: the server is exiting
+                pass
+
         # Remembered by the job itself, not by this task: a rating superseded while it runs still
         # finishes, and its program may come back (an undo).
-        job.add_done_callback(lambda done: loop.call_soon_threadsafe(self._remember, slot, done))
+        job.add_done_callback(remember)
         await asyncio.wrap_future(job)  # cancelled before it starts, the job is dropped
 
     def _rater(self, agent: Agent) -> asyncio.Future:
@@ -133,15 +143,44 @@ class Ratings:
             self._known.popitem(last=False)
 
 
+class _Worker:
+    """One daemon thread running jobs in turn. Not a ThreadPoolExecutor: its threads are joined at
+    exit, and a rating, which nothing can interrupt, may take minutes for a big kernel; the server
+    must exit when the editor tells it to."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="dojo-ratings", daemon=True).start()
+
+    def submit(self, work: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
+        job: concurrent.futures.Future = concurrent.futures.Future()
+        self._jobs.put((job, work, args))
+        return job
+
+    def _run(self) -> None:
+        while True:
+            job, work, args = self._jobs.get()
+            if not job.set_running_or_notify_cancel():  # cancelled while it waited
+                continue
+            try:
+                job.set_result(work(*args))
+            except BaseException as error:  # the job's failure is its waiter's to see
+                job.set_exception(error)
+
+
 def _slot(agent: Agent, program: Program) -> str:
     checkpoint, target = agent
     return f"{checkpoint}\0{target}\0{text_hash(program)}"
 
 
 def _load(checkpoint: str, target: str) -> Rater:
-    from agent.perfllm.checkpoint import SHIPPED  # torch and the embedding model load here, in the worker
+    import torch  # torch and the embedding model load here, in the worker
+
+    from agent.perfllm.checkpoint import SHIPPED
     from agent.perfllm.rating import Rater
 
+    # A core is left to the editor's requests: with torch on every core, a request waits for one.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) - 1))
     return Rater(Path(checkpoint).expanduser() if checkpoint else SHIPPED, target=target)
 
 
