@@ -98,7 +98,7 @@ agent: install $(BENCH_STAMP)
 	test -f $(AGENT_RUNS)/trained/checkpoint.pt && resume=--resume; \
 	$(BIN)/dojo agent train --kernels $(AGENT_KERNELS) --shapes quick --episodes 60 --max-steps 10 \
 	    --from-logs $(AGENT_RUNS)/quick-random/logs $(AGENT_RUNS)/quick-sa/logs $(AGENT_RUNS)/small-random/logs \
-	    --pretrain-updates 3000 --out $(AGENT_RUNS)/trained $$resume
+	    --pretrain-updates 3000 --epsilon-start 0.3 --out $(AGENT_RUNS)/trained $$resume
 	cp $(AGENT_RUNS)/trained/policy.pt $(AGENT_RUNS)/trained/curve.jsonl $(AGENT_RUNS)/trained/curve.png \
 	    agent/perfllm/trained/
 

@@ -400,6 +400,7 @@ def _runner_for(args: argparse.Namespace, command: str):
 
 def cmd_agent_train(args: argparse.Namespace) -> int:
     # imported here: torch and the embedding model are slow to load
+    from agent.perfllm.learner import LearnerConfig
     from agent.perfllm.train import measured, train
     from runner.client import RunnerError
 
@@ -425,6 +426,8 @@ def cmd_agent_train(args: argparse.Namespace) -> int:
                            seed=args.seed, resume=args.resume, on_progress=progress,
                            evaluate=measured(out, target=args.target, runner=runner),
                            experience=_logs(args.from_logs), pretrain_updates=args.pretrain_updates,
+                           config=None if args.epsilon_start is None else LearnerConfig(
+                               epsilon_start=args.epsilon_start),
                            on_pretrain=lambda line: print(line, file=sys.stderr, flush=True))
     except (ValueError, FileExistsError, RunnerError) as error:
         raise CommandError(f"dojo agent train: error: {error}") from None
@@ -668,6 +671,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(a directory: every *.jsonl under it); only heuristic-free searches are read")
     train_.add_argument("--pretrain-updates", type=int, default=3000, metavar="N", help="gradient steps on the "
                         "logged experience (default: 3000)")
+    train_.add_argument("--epsilon-start", type=float, metavar="E", help="the first episode's exploration rate, "
+                        "falling to 0.05 over half the episodes (default: 1; lower after learning from logs)")
     train_.add_argument("--seed", type=int, default=0, metavar="S")
     train_.set_defaults(run=cmd_agent_train)
     continue__ = agent_commands.add_parser("continue", help="play N of the agent's moves from FILE, measuring, "
