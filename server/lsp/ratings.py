@@ -2,18 +2,20 @@
 
 The quick-fixes at the cursor are ordered by the agent's predicted speed-up of each move
 (`agent.perfllm.rating`). That is slow for an editor: the agent loads torch and its embedding
-model (seconds), and rating a program embeds a description of each of its moves (tens to hundreds
-of milliseconds). So no request waits for it: `request` answers the ratings when they are known,
-and otherwise starts rating the document's version in the background and answers None, and the
-quick-fixes come in their plain order until the ratings are there.
+model (seconds), and rating a program embeds each of its moves and the lines they change (seconds
+for a library kernel, most of a minute for one with a thousand moves; bench/results/lsp_speed.md).
+So no request waits for it: `request` answers the ratings when they are known, and otherwise
+starts rating the document's version in the background and answers None, and the quick-fixes come
+in their plain order until the ratings are there.
 
 Ratings are kept by the canonical text of the program (comments and derivation aside, as
 measurements are), the agent's checkpoint and the target, so that editing a comment, or undoing a
 move, finds them at once. One rating runs at a time, in one worker thread, and each document waits
-with its latest version only: a job that has not started when its document changes again is
-dropped (one that has started finishes and is kept, its program may come back). The agent is
-loaded in that thread, once per checkpoint and target; if it cannot be (no torch, no model, a bad
-checkpoint), ranking with it is off for the session, which the client's log says once.
+with its latest version only, once it has stood a second: a job that has not started when its
+document changes again is dropped (one that has started finishes and is kept, its program may come
+back). The agent is loaded in that thread, once per checkpoint and target; if it cannot be (no
+torch, no model, a bad checkpoint), ranking with it is off for the session, which the client's log
+says once.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 Agent = tuple[str, str]  # the `dojo.agent.checkpoint` setting (empty: the shipped agent) and the target
 _KEPT = 512  # programs whose ratings are kept: a big kernel's are a thousand floats
+QUIET_S = 1.0  # a document's version is rated once it has stood this long
 
 
 @dataclass
@@ -100,6 +103,9 @@ class Ratings:
             document.job.cancel()
 
     async def _rate(self, agent: Agent, slot: str, program: Program) -> None:
+        # A started rating cannot be stopped, and a big kernel's takes most of a minute: only a version
+        # that the next keystroke does not supersede at once is rated.
+        await asyncio.sleep(QUIET_S)
         try:
             rater = await asyncio.shield(self._rater(agent))
         except Exception:  # whatever stopped the agent from loading was told once, by `_loaded`
