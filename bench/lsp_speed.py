@@ -24,16 +24,32 @@ loop and the work itself.
   actions listed at body lines of the 200-line file, of the library's softmax and of
   examples/softmax.dojo, up to RESOLVES per file; median.
 
+The sections above run with `agent.rankQuickFixes` off, as the server was before it ranked. Then a
+second server with it on (the agent of `--checkpoint`, else the shipped one) measures code actions
+ranked by the learned agent:
+
+- after the ratings are ready: each file above is opened and asked for code actions at its line
+  with the most of them until they come ranked (the time from `didOpen` is how long the background
+  rating took, the first file's with loading the agent), then every line is asked ROUNDS rounds.
+- right after an edit, before they are ready: the 200-line file is opened and left until its
+  rating is under way (a version is rated once it has stood QUIET_S), then EDITS_THEN_ACTIONS valid
+  one-line edits come, each followed at once by a request at the edited line (a new version: listed
+  anew) and OTHERS more at other lines, while the worker rates (and competes for the interpreter);
+  the same on the first server, without the ranking. The answers that came ranked are counted: 0
+  means none waited for the agent.
+
 Percentiles are nearest-rank. The machine's load average is recorded: other work on it is the main
 source of noise. Prints the report and writes bench/results/lsp_speed.md.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,17 +67,26 @@ from parse_speed import two_hundred_lines  # noqa: E402
 from dojo_ir import load  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
 from dojo_ir.moves import Analysis, find  # noqa: E402
+from server.lsp.ratings import QUIET_S  # noqa: E402
 
 ROUNDS = 5
 EDITS = 100
 RESOLVES = 30
 EXAMPLES = ("softmax", "matmul")
 ACTIONS_BAR_MS, DIAGNOSTICS_BAR_MS = 100.0, 50.0
+EDITS_THEN_ACTIONS, OTHERS = 10, 20
+RATING_TIMEOUT_S = 900.0
+UNRANKED = {"measure": {"automatic": False}, "agent": {"rankQuickFixes": False}}
 
 
 def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+
+
+def ranked(found: list[lsp.CodeAction]) -> bool:
+    """Whether the agent's ranking ordered these code actions (the best one is then preferred)."""
+    return any(a.is_preferred for a in found)
 
 
 def legal_moves(text: str) -> int:
@@ -157,25 +182,31 @@ async def diagnostics_after_edits(session: Session, path: Path, text: str) -> tu
     return samples, "\n".join(lines) + "\n"
 
 
-async def actions_after_edits(session: Session, path: Path, text: str, edits: int = 10) -> list[float]:
-    """The first code-action request after each valid one-line edit (a new version: its moves are listed anew)."""
+async def actions_after_edits(session: Session, path: Path, text: str) -> dict:
+    """After each of EDITS valid one-line edits, a code-action request at once at the edited line (a new
+    version: its moves are listed anew), then OTHERS more at other lines; how many answers came ranked."""
     uri, published = await session.open(path, text)
     await published
+    await asyncio.sleep(QUIET_S + 1.0)  # with the ranking, the opened version's rating is under way: the worst case
     lines = text.splitlines()
     targets = [i for i, line in enumerate(lines) if "0.5" in line]
-    samples = []
-    for k in range(edits):
+    first, others, answered_ranked = [], [], 0
+    for k in range(EDITS_THEN_ACTIONS):
         line = targets[k % len(targets)]
-        new = lines[line].replace("0.5", f"0.{k + 600}", 1)
-        lines[line] = new
+        lines[line] = lines[line].replace("0.5", f"0.{k + 600}", 1)
         session.client.text_document_did_change(lsp.DidChangeTextDocumentParams(
             text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=k + 2),
             content_changes=[lsp.TextDocumentContentChangeWholeDocument(text="\n".join(lines) + "\n")]))
         elapsed, found = await session.actions(uri, line)
         assert found, line
-        samples.append(elapsed)
+        first.append(elapsed)
+        answered_ranked += ranked(found)
+        for j in range(1, OTHERS + 1):
+            elapsed, found = await session.actions(uri, (line + 9 * j) % len(lines))
+            others.append(elapsed)
+            answered_ranked += ranked(found)
     session.close(uri)
-    return samples
+    return {"first": first, "others": others, "ranked": answered_ranked}
 
 
 async def resolves(session: Session, path: Path, text: str) -> tuple[float, int]:
@@ -192,21 +223,60 @@ async def resolves(session: Session, path: Path, text: str) -> tuple[float, int]
     return statistics.median(samples), len(samples)
 
 
-async def run() -> dict:
+async def ranked_actions(session: Session, name: str, path: Path, text: str) -> dict:
+    uri, published = await session.open(path, text)
+    opened = time.perf_counter()
+    await published
+    lines = len(text.splitlines())
+    listed = [len((await session.actions(uri, line))[1]) for line in range(lines)]
+    probe = listed.index(max(listed))
+    while not ranked((await session.actions(uri, probe))[1]):
+        if time.perf_counter() - opened > RATING_TIMEOUT_S:
+            raise TimeoutError(f"{name}: the quick-fixes were not ranked within {RATING_TIMEOUT_S:.0f} s; is the "
+                               "agent loadable (see the server's log)?")
+        await asyncio.sleep(0.05)
+    ready = time.perf_counter() - opened
+    warm = []
+    for _ in range(ROUNDS):
+        for line in range(lines):
+            elapsed, _ = await session.actions(uri, line)
+            warm.append(elapsed)
+    session.close(uri)
+    return {"name": name, "lines": lines, "ready": ready, "warm": warm, "median": statistics.median(warm),
+            "p95": percentile(warm, 0.95)}
+
+
+async def start_server(options: dict) -> tuple[LanguageClient, Session]:
     client = make_test_lsp_client()
     session = Session(client)
     await client.start_io(sys.executable, "-m", "server.lsp", cwd=str(ROOT))
     await client.initialize_session(lsp.InitializeParams(
-        capabilities=client_capabilities("visual_studio_code"),
-        initialization_options={"measure": {"automatic": False}},
+        capabilities=client_capabilities("visual_studio_code"), initialization_options=options,
         workspace_folders=[lsp.WorkspaceFolder(uri=ROOT.as_uri(), name="perfdojo")]))
+    return client, session
+
+
+async def stop_server(client: LanguageClient) -> None:
+    await client.shutdown_session()
+    await client.stop()
+
+
+def bench_files(scratch: Path) -> list[tuple[str, Path, str]]:
+    """(name, path, text) of the files whose code actions are timed; the library's kernels are named under
+    `scratch` (the server reads only what it is sent)."""
+    files = [(name, scratch / f"{name}.dojo", kernel.text()) for name, kernel in KERNELS.items()]
+    files += [(f"examples/{name}.dojo", ROOT / "examples" / f"{name}.dojo",
+               (ROOT / "examples" / f"{name}.dojo").read_text()) for name in EXAMPLES]
+    files.append(("200-line file (bench/parse_speed.py)", scratch / "chain200.dojo", two_hundred_lines()))
+    return files
+
+
+async def run(checkpoint: str) -> dict:
+    client, session = await start_server(UNRANKED)
     load_before = os.getloadavg()
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            files = [(name, Path(scratch) / f"{name}.dojo", kernel.text()) for name, kernel in KERNELS.items()]
-            files += [(f"examples/{name}.dojo", ROOT / "examples" / f"{name}.dojo",
-                       (ROOT / "examples" / f"{name}.dojo").read_text()) for name in EXAMPLES]
-            files.append(("200-line file (bench/parse_speed.py)", Path(scratch) / "chain200.dojo", two_hundred_lines()))
+            files = bench_files(Path(scratch))
             rows = [await code_actions(session, name, path, text) for name, path, text in files]
             big = Path(scratch) / "chain200.dojo"
             edit_samples, edited = await diagnostics_after_edits(session, big, two_hundred_lines())
@@ -217,14 +287,24 @@ async def run() -> dict:
                             ("examples/softmax.dojo", *await resolves(session, ROOT / "examples" / "softmax.dojo",
                                                                      (ROOT / "examples" / "softmax.dojo").read_text()))]
     finally:
-        await client.shutdown_session()
-        await client.stop()
+        await stop_server(client)
+    client, session = await start_server({**UNRANKED, "agent": {"rankQuickFixes": True, "checkpoint": checkpoint}})
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            ranked_rows = [await ranked_actions(session, name, path, text)
+                           for name, path, text in bench_files(Path(scratch))]
+            # another program than the one rated above, whose ratings the server keeps
+            unrated = two_hundred_lines().replace("0.5", "0.25", 1)
+            ranked_after = await actions_after_edits(session, Path(scratch) / "chain200.dojo", unrated)
+    finally:
+        await stop_server(client)
     return {"rows": rows, "edits": edit_samples, "resolves": resolve_rows, "after_edits": after_edits,
+            "ranked_rows": ranked_rows, "ranked_after": ranked_after, "checkpoint": checkpoint,
             "load": (load_before, os.getloadavg())}
 
 
 def report(figures: dict) -> str:
-    rows, edits, first = figures["rows"], figures["edits"], figures["after_edits"]
+    rows, edits, first = figures["rows"], figures["edits"], figures["after_edits"]["first"]
     every = [r["cold"] for r in rows] + [s for r in rows for s in r["warm"]]
     colds = [r["cold"] for r in rows]
     overall = percentile(every, 0.95) * 1000
@@ -232,7 +312,8 @@ def report(figures: dict) -> str:
     before, after = figures["load"]
     out = ["# Language server latency", "",
            "`python bench/lsp_speed.py`: a real `dojo-lsp` process on stdio, driven by pytest-lsp's client with "
-           "VS Code's capabilities; client-side wall time per request. Code actions: a zero-width range at column 0 "
+           "VS Code's capabilities, the agent's ranking of the quick-fixes off (it has its own section at the end); "
+           "client-side wall time per request. Code actions: a zero-width range at column 0 "
            f"of every line, {ROUNDS} rounds, one request at a time; cold = the request sent right after `didOpen` "
            "(parse, check and list every legal move); warm = the others. Nearest-rank percentiles.", "",
            f"Load average (1, 5, 15 min) at the start: {before[0]:.2f}, {before[1]:.2f}, {before[2]:.2f}; "
@@ -265,11 +346,61 @@ def report(figures: dict) -> str:
             "| file | resolves | median |", "|---|---|---|"]
     for name, median, count in figures["resolves"]:
         out.append(f"| {name} | {count} | {median * 1000:.1f} ms |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + ranked_report(figures)) + "\n"
+
+
+def machine() -> str:
+    """The CPU's model as lscpu names it (a virtual machine may name only the brand), and whether it lists avx512f."""
+    try:
+        described = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (no lscpu)"
+    fields = dict(line.split(":", 1) for line in described.splitlines() if ":" in line)
+    flags = fields.get("Flags", "").split()
+    return (f"{fields.get('Model name', '?').strip()} (family {fields.get('CPU family', '?').strip()}, model "
+            f"{fields.get('Model', '?').strip()}), {os.cpu_count()} CPUs; avx512f "
+            f"{'listed' if 'avx512f' in flags else 'not listed'}")
+
+
+def ranked_report(figures: dict) -> list[str]:
+    rows = figures["ranked_rows"]
+    every = [s for r in rows for s in r["warm"]]
+    overall = percentile(every, 0.95) * 1000
+    agent = f"`{figures['checkpoint']}`" if figures["checkpoint"] else "the shipped checkpoint"
+    out = ["", "## `textDocument/codeAction` ranked by the agent", "",
+           f"A second server with `dojo.agent.rankQuickFixes` on, the agent of {agent}; machine: {machine()}. "
+           "Rated after: from `didOpen` until the answer at the file's line with the most actions came ranked, i.e. "
+           "how long the background rating took (the first file's includes loading the agent: torch and the "
+           f"embedding model). Then every line, {ROUNDS} rounds, as above.", "",
+           "| file | lines | rated after | warm median | warm p95 |", "|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['name']} | {r['lines']} | {r['ready']:.1f} s | {r['median'] * 1000:.2f} ms "
+                   f"| {r['p95'] * 1000:.2f} ms |")
+    out += ["", f"Over all {len(every)} requests with the ratings ready: median "
+                f"{statistics.median(every) * 1000:.2f} ms, p95 **{overall:.2f} ms**, max {max(every) * 1000:.1f} ms. "
+                f"Bar p95 < {ACTIONS_BAR_MS:.0f} ms: **{'met' if overall < ACTIONS_BAR_MS else 'NOT met'}**.", "",
+            "### Right after an edit, before the ratings are ready", "",
+            f"The 200-line file, {EDITS_THEN_ACTIONS} valid one-line edits; after each, a request at once at the "
+            f"edited line (its new version's moves listed anew) and {OTHERS} more at other lines, without the ranking "
+            "(the first server) and with it, while the worker thread rates the opened version's moves (the "
+            f"file was left {QUIET_S + 1:.0f} s after opening for that rating to start; a version is rated once it "
+            f"has stood {QUIET_S:.0f} s) and competes with the server for the interpreter.", "",
+            "| ranking | requests | median | p95 | max | answers ranked |", "|---|---|---|---|---|---|"]
+    for ranking, after in (("off", figures["after_edits"]), ("on", figures["ranked_after"])):
+        for which, samples in (("first after the edit", after["first"]), ("the next ones", after["others"]),
+                               ("all", after["first"] + after["others"])):
+            out.append(f"| {ranking} | {which} ({len(samples)}) | {statistics.median(samples) * 1000:.1f} ms "
+                       f"| {percentile(samples, 0.95) * 1000:.1f} ms | {max(samples) * 1000:.1f} ms "
+                       f"| {after['ranked'] if which == 'all' else ''} |")
+    return out
 
 
 def main() -> None:
-    text = report(asyncio.run(run()))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", default="", metavar="DIR",
+                        help="the agent that ranks the quick-fixes (default: the shipped one)")
+    args = parser.parse_args()
+    text = report(asyncio.run(run(args.checkpoint)))
     out = Path(__file__).parent / "results" / "lsp_speed.md"
     out.parent.mkdir(exist_ok=True)
     out.write_text(text)
