@@ -24,7 +24,6 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
-import os
 import queue
 import threading
 from collections import OrderedDict
@@ -180,13 +179,9 @@ def _slot(agent: Agent, program: Program) -> str:
 
 
 def _load(checkpoint: str, target: str) -> Rater:
-    import torch  # torch and the embedding model load here, in the worker
-
-    from agent.perfllm.checkpoint import SHIPPED
+    from agent.perfllm.checkpoint import SHIPPED  # torch and the embedding model load here, in the worker
     from agent.perfllm.rating import Rater
 
-    # A core is left to the editor's requests: with torch on every core, a request waits for one.
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) - 1))
     return Rater(Path(checkpoint).expanduser() if checkpoint else SHIPPED, target=target)
 
 
