@@ -2,6 +2,7 @@
 
     rater = Rater()                                  # the shipped agent, or Rater(Path("runs/agent"))
     rater.rate(program, moves)                       # [predicted speed-up of each move over `program`]
+    rater.rate_all(program)                          # {move: its predicted speed-up}, every legal move
 
 With the max-Bellman target, Q(s, a) estimates the best speed-up over the start of a game that
 playing a at s leads to, and Q(s, stop) the speed-up of s itself. A program a person is editing is
@@ -35,11 +36,15 @@ class Rater:
         the rater's target (ValueError naming one that is not)."""
         if not moves:
             return []
-        seen = observe(program, self.embedder, self.target)
-        index = {move: i for i, move in enumerate(seen.moves, start=1)}
-        missing = [str(m) for m in moves if str(m) not in index]
+        rated = self.rate_all(program)
+        missing = [str(m) for m in moves if str(m) not in rated]
         if missing:
             raise ValueError(f"{missing[0]} is not a legal move of {program.name} for {self.target}")
+        return [rated[str(m)] for m in moves]
+
+    def rate_all(self, program: Program) -> dict[str, float]:
+        """The predicted speed-up over `program` of each of its legal moves for the rater's target."""
+        seen = observe(program, self.embedder, self.target)
         q = self.learner.q_values(seen.state_vector, seen.action_vectors())
         stay = max(float(q[0]), 1e-6)
-        return [max(0.0, float(q[index[str(m)]])) / stay for m in moves]
+        return {move: max(0.0, float(value)) / stay for move, value in zip(seen.moves, q[1:], strict=True)}

@@ -10,30 +10,40 @@ in their plain order until the ratings are there.
 
 Ratings are kept by the canonical text of the program (comments and derivation aside, as
 measurements are), the agent's checkpoint and the target, so that editing a comment, or undoing a
-move, finds them at once. One rating runs at a time, in one worker thread, and each document waits
+move, finds them at once. One rating runs at a time, in one worker process, and each document waits
 with its latest version only, once it has stood a second: a job that has not started when its
 document changes again is dropped (one that has started finishes and is kept, its program may come
-back). The agent is loaded in that thread, once per checkpoint and target; if it cannot be (no
+back). The agent is loaded in that process, once per checkpoint and target; if it cannot be (no
 torch, no model, a bad checkpoint), ranking with it is off for the session, which the client's log
 says once.
+
+Why a process and not a thread: listing, applying and printing a program's moves is Python, and in
+a thread it shares the interpreter with the server. While a 200-line file was rated (40 s) the
+first code action after an edit took three times as long as without ranking; in a process of its
+own the rating takes a core and nothing else from the server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
 import functools
 import logging
+import multiprocessing
+import os
 import queue
+import signal
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.evaluate import text_hash
-from dojo_ir import Program
+from dojo_ir import Program, to_text
 
 from .documents import Snapshot
 from .settings import Settings
@@ -106,11 +116,11 @@ class Ratings:
         # that the next keystroke does not supersede at once is rated.
         await asyncio.sleep(QUIET_S)
         try:
-            rater = await asyncio.shield(self._rater(agent))
+            await asyncio.shield(self._rater(agent))
         except Exception:  # whatever stopped the agent from loading was told once, by `_loaded`
             return
         loop = asyncio.get_running_loop()
-        job = self._worker.submit(_rate_moves, rater, program)
+        job = self._worker.submit(_rate_moves, agent, to_text(program))
 
         def remember(done: concurrent.futures.Future) -> None:
             try:
@@ -126,7 +136,7 @@ class Ratings:
     def _rater(self, agent: Agent) -> asyncio.Future:
         loading = self._raters.get(agent)
         if loading is None:
-            loading = self._raters[agent] = asyncio.wrap_future(self._worker.submit(_load, *agent))
+            loading = self._raters[agent] = asyncio.wrap_future(self._worker.submit(_load, agent))
             loading.add_done_callback(functools.partial(self._loaded, agent))
         return loading
 
@@ -149,12 +159,19 @@ class Ratings:
 
 
 class _Worker:
-    """One daemon thread running jobs in turn. Not a ThreadPoolExecutor: its threads are joined at
-    exit, and a rating, which nothing can interrupt, may take minutes for a big kernel; the server
-    must exit when the editor tells it to."""
+    """One process running jobs in turn, fed by a daemon thread of the server.
+
+    Forked, not spawned: the child inherits the server's modules as they are (the tests swap the
+    embedding model for a fake), and the server has loaded no torch to fork. Not a
+    ProcessPoolExecutor: its processes are joined at exit, and a rating, which nothing can
+    interrupt, may take minutes for a big kernel; the server must exit when the editor tells it to.
+    The child ends when the server's end of its pipe closes, as it does when the server exits. A
+    job cancelled while it waits is dropped; a process that dies fails its job, and the next job
+    starts another."""
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._process: tuple[int, Connection] | None = None
         threading.Thread(target=self._run, name="dojo-ratings", daemon=True).start()
 
     def submit(self, work: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
@@ -168,9 +185,68 @@ class _Worker:
             if not job.set_running_or_notify_cancel():  # cancelled while it waited
                 continue
             try:
-                job.set_result(work(*args))
-            except BaseException as error:  # the job's failure is its waiter's to see
-                job.set_exception(error)
+                if self._process is None:
+                    self._process = _start_process()
+                self._process[1].send((work, args))
+                failed, value = self._process[1].recv()
+            except (EOFError, OSError) as error:  # the process died: reap it, and the next job starts another
+                os.waitpid(self._process[0], 0)
+                self._process = None
+                job.set_exception(RuntimeError(f"the rating process ended: {error!r}"))
+                continue
+            if failed:
+                job.set_exception(value)
+            else:
+                job.set_result(value)
+
+
+def _start_process() -> tuple[int, Connection]:
+    """Fork the rating process; its pid and the server's end of the pipe to it. A plain fork, not
+    multiprocessing's: a forked multiprocessing child closes its standard input first, whose lock
+    the server's reading thread holds in the parent, and waits for it for ever."""
+    ours, theirs = multiprocessing.Pipe()
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        try:
+            _serve(theirs)
+        finally:
+            os._exit(0)
+    theirs.close()
+    return pid, ours
+
+
+def _serve(connection: Connection) -> None:
+    """The rating process: run each job sent, send back (failed, its result or its exception)."""
+    # Standard output is the server's protocol, and this process holds a copy of its buffer: whatever
+    # reaches it from here (that copy flushed, a library's message) goes to standard error instead;
+    # standard input is the editor's, not this process's to hold open.
+    os.dup2(2, 1)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    _end_with_the_server()
+    while True:
+        try:
+            work, args = connection.recv()
+        except EOFError:  # the server is gone
+            return
+        try:
+            connection.send((False, work(*args)))
+        except Exception as error:  # the job's failure is its waiter's to see
+            connection.send((True, error))
+
+
+def _end_with_the_server() -> None:
+    """Have Linux kill this process when the server's thread that forked it ends: a rating under
+    way would otherwise keep it (and the standard error it shares) alive for up to a minute after
+    the server exits."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the process ends at its next job's end of file
+        pass
+
+
+_PR_SET_PDEATHSIG = 1
+_raters: dict[Agent, Rater] = {}  # in the rating process: the agents loaded there
 
 
 def _slot(agent: Agent, program: Program) -> str:
@@ -178,19 +254,23 @@ def _slot(agent: Agent, program: Program) -> str:
     return f"{checkpoint}\0{target}\0{text_hash(program)}"
 
 
-def _load(checkpoint: str, target: str) -> Rater:
-    from agent.perfllm.checkpoint import SHIPPED  # torch and the embedding model load here, in the worker
+def _load(agent: Agent) -> None:
+    """Load the agent in the rating process (torch and the embedding model load there)."""
+    from agent.perfllm.checkpoint import SHIPPED
     from agent.perfllm.rating import Rater
 
-    return Rater(Path(checkpoint).expanduser() if checkpoint else SHIPPED, target=target)
+    checkpoint, target = agent
+    if agent not in _raters:
+        _raters[agent] = Rater(Path(checkpoint).expanduser() if checkpoint else SHIPPED, target=target)
 
 
-def _rate_moves(rater: Rater, program: Program) -> dict[str, float]:
-    from agent.legal import legal_moves
+def _rate_moves(agent: Agent, text: str) -> dict[str, float]:
+    """In the rating process: the loaded agent's rating of every legal move of the program `text`."""
+    from dojo_ir import load
 
+    program = load(text)
     try:
-        moves = legal_moves(program, rater.target)
-        return dict(zip(map(str, moves), rater.rate(program, moves), strict=True))
+        return _raters[agent].rate_all(program)
     except Exception:  # a program the agent cannot rate keeps its plain order; the server carries on
         log.exception("the agent could not rate the moves of %s", program.name)
         return {}
