@@ -80,7 +80,7 @@ def main() -> int:
     return 0 if error < 1e-5 and replayed == "replays exactly" and before.ok and after.ok else 1
 
 
-AGENT_STEPS = 4
+AGENT_STEPS = 10
 
 
 def _agent(spec, runner: LocalRunner) -> None:

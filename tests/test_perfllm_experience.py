@@ -72,6 +72,15 @@ def test_every_step_of_a_search_is_a_transition_and_every_program_a_stop(tmp_pat
         assert set(transition.keys()) <= set(vectors)
 
 
+def test_simulated_annealings_steps_count_though_it_reaches_programs_by_other_moves(tmp_path: Path) -> None:
+    """The log names a program by the first moves that reached it; annealing walks on from the
+    moves it took, so its steps are found by replaying those, not by looking the log's up."""
+    game = read_game(searched(tmp_path / "sa.jsonl", "sa", budget=30), "native")
+    assert not isinstance(game, str)
+    steps = [t for t, _ in transitions(game, FakeEmbedder(), "native") if not t.terminal]
+    assert len(steps) == len(game.evaluations) == 30
+
+
 def test_logs_that_know_the_hardware_or_belong_elsewhere_are_skipped_with_the_reason(tmp_path: Path) -> None:
     free = searched(tmp_path / "free.jsonl", "sa")
     expert = searched(tmp_path / "expert.jsonl", "sa", "heuristic")

@@ -32,8 +32,9 @@ from pathlib import Path
 import torch
 
 from dojo_ir import DojoError, Program, load
+from dojo_ir.moves import apply
 
-from ..evaluate import Evaluation, read_log, replay_moves
+from ..evaluate import Evaluation, read_log, replay_moves, text_hash
 from .actions import Observation, observe
 from .embed import Embedding
 from .replay import Transition
@@ -93,32 +94,50 @@ def transitions(game: LoggedGame, embedder: Embedding, target: str) -> Iterator[
                                                                                     dict[str, torch.Tensor]]]:
     """Every step of `game` (see the module's docstring), then the stop action at every program
     measured, each with the vectors it names."""
-    programs: dict[tuple[str, ...], Program] = {(): game.start}
-    times = {(): game.start_s}
-    seen: dict[tuple[str, ...], Observation] = {}
+    replayed: dict[tuple[str, ...], Program] = {(): game.start}
+    times = {text_hash(game.start): game.start_s}
+    seen: dict[str, Observation] = {}
 
-    def observed(moves: tuple[str, ...]) -> Observation:
-        if moves not in seen:
-            seen[moves] = observe(programs[moves], embedder, target)
-        return seen[moves]
+    def observed(program: Program) -> Observation:
+        key = text_hash(program)
+        if key not in seen:
+            seen[key] = observe(program, embedder, target)
+        return seen[key]
 
     for evaluation in game.evaluations:
-        moves = evaluation.moves
-        parent = moves[:-1]
-        if not moves or parent not in programs:
-            continue  # not one move from a program measured before it
+        parent = _replay(replayed, evaluation.moves[:-1])
+        if not evaluation.moves or parent is None:
+            continue  # the start, or moves that no longer apply
         before = observed(parent)
-        if moves[-1] not in before.moves:
-            continue  # not a legal move for this target at its parent
-        taken = before.moves.index(moves[-1]) + 1
-        programs[moves], times[moves] = before.programs[taken], evaluation.cost
-        after = observed(moves)
+        if evaluation.moves[-1] not in before.moves:
+            continue  # not a legal move for this target there
+        taken = before.moves.index(evaluation.moves[-1]) + 1
+        replayed[evaluation.moves] = before.programs[taken]
+        after = observed(before.programs[taken])
+        times[after.state] = evaluation.cost
         yield (Transition(before.state, before.actions, taken, game.start_s / evaluation.cost, after.state,
                           after.actions, False), {**before.vectors, **after.vectors})
-    for moves, time_s in times.items():
+    for key, time_s in times.items():
         if not math.isinf(time_s):
-            at = observed(moves)
+            at = seen[key] if key in seen else observed(game.start)
             yield Transition(at.state, at.actions, 0, game.start_s / time_s, at.state, (), True), at.vectors
+
+
+def _replay(replayed: dict[tuple[str, ...], Program], moves: tuple[str, ...]) -> Program | None:
+    """The program `moves` make from the start, replayed from the longest prefix replayed before
+    (a search's log names a program by the first moves that reached it, and simulated annealing
+    reaches many by others), remembering each prefix; None when a move does not apply."""
+    known = len(moves)
+    while moves[:known] not in replayed:
+        known -= 1
+    program = replayed[moves[:known]]
+    for end in range(known + 1, len(moves) + 1):
+        try:
+            program = apply(program, moves[end - 1])
+        except DojoError:
+            return None
+        replayed[moves[:end]] = program
+    return program
 
 
 def _free() -> str:
