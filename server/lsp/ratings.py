@@ -189,8 +189,9 @@ class _Worker:
                     self._process = _start_process()
                 self._process[1].send((work, args))
                 failed, value = self._process[1].recv()
-            except (EOFError, OSError) as error:  # the process died: reap it, and the next job starts another
-                os.waitpid(self._process[0], 0)
+            except (EOFError, OSError) as error:  # it died, or could not start: the next job starts another
+                if self._process is not None:
+                    os.waitpid(self._process[0], 0)
                 self._process = None
                 job.set_exception(RuntimeError(f"the rating process ended: {error!r}"))
                 continue
