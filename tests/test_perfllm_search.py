@@ -98,6 +98,28 @@ def test_parents_are_drawn_by_their_measured_time_whatever_the_agent_thinks_of_t
     assert sum(moves[:1] == [first] for moves in measured[2:]) >= 8
 
 
+def test_from_one_program_the_search_plays_the_agents_best_move_of_each_kind_before_a_second_of_any(
+        policy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every split rated above every other move, and every program but the start slow, so that the
+    start is the parent each time: one split, then the best of each other kind, then splits again."""
+    monkeypatch.setattr(Learner, "q_values", lambda self, state, actions: actions[:, 0].clone())
+    start = without_comments(load(KERNELS["softmax"].quick()))  # a dozen splits of each scope
+    legal = [str(m) for m in legal_moves(start)]
+    kinds = list(dict.fromkeys(m.partition("(")[0] for m in legal))
+    measured: list[list[str]] = []
+
+    def cost(moves: list[str]) -> float:
+        measured.append(moves)
+        return 1e-3 if not moves else 1.0
+
+    ratings = {m: 5.0 if m.startswith("split_scope") else 1.0 for m in legal}
+    search(start, policy, cost, embedder=Rated(ratings), epsilon=0.0, learn=False, steps=len(kinds) + 1)
+    played = [moves[0].partition("(")[0] for moves in measured[1:]]
+    assert all(len(moves) == 1 for moves in measured[1:])
+    assert played[0] == "split_scope" and sorted(played[:len(kinds)]) == sorted(kinds)
+    assert played[len(kinds)] == "split_scope"
+
+
 def test_a_search_ends_when_no_program_met_has_a_move_left(policy: Path) -> None:
     tiny = load(KERNELS["relu"].generate(m=1, n=1))
     runner = TextRunner()
