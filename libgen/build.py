@@ -26,7 +26,6 @@ evaluation a task on the cluster (cluster.py).
 
 from __future__ import annotations
 
-import json
 import keyword
 import threading
 from collections.abc import Callable, Sequence
@@ -35,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from agent.evaluate import replay_moves, text_hash
+from agent.evaluate import read_log, replay_moves, text_hash
 from agent.passes import PASSES
 from agent.search import METHODS
 from agent.tune import AGENT, TuneProgress, tune
@@ -78,11 +77,10 @@ class _Stopped(Exception):
 def _resumable(log: Path, start: Program) -> bool:
     """Whether `log` holds evaluations of the search that starts at `start`."""
     try:
-        with open(log, encoding="utf-8") as lines:
-            first = json.loads(lines.readline())
+        evaluations = read_log(log)[1]
     except (OSError, ValueError):
         return False
-    return isinstance(first, dict) and first.get("index") == 0 and first.get("hash") == text_hash(start)
+    return bool(evaluations) and evaluations[0].index == 0 and evaluations[0].hash == text_hash(start)
 
 
 @dataclass(frozen=True)
