@@ -165,16 +165,20 @@ async def test_the_quick_fixes_follow_the_agents_ratings_and_the_best_is_preferr
     assert reordered, "the ranking changed the order at no line"
 
 
-async def test_the_plain_list_is_answered_before_the_ratings_are_ready(slow, checkpoint: Path, tmp_path: Path):
-    editor = Editor(slow)
-    uri = editor.open(derived_file(tmp_path, "softmax", KERNELS["softmax"].small()))
-    line = body_lines(editor, uri)[0]
+async def plain_then_ranked(editor: Editor, uri: str, line: int, checkpoint: Path) -> None:
+    """The quick-fixes at `line` come at once in their plain order, and later ranked."""
     started = time.monotonic()
     first = await editor.actions(uri, line)
     assert time.monotonic() - started < DELAY_S / 2, "the request waited for the agent"
     assert_plain(first, plain(editor, uri, line))
-
     assert_ranked(await ranked(editor, uri, line), ratings_of(checkpoint, editor.texts[uri]), plain(editor, uri, line))
+
+
+async def test_the_plain_list_is_answered_before_the_ratings_are_ready(slow, checkpoint: Path, tmp_path: Path):
+    editor = Editor(slow)
+    uri = editor.open(derived_file(tmp_path, "softmax", KERNELS["softmax"].small()))
+    line = body_lines(editor, uri)[0]
+    await plain_then_ranked(editor, uri, line, checkpoint)
     # A comment is not the program: its ratings are there at once.
     editor.replace(uri, editor.texts[uri] + "# a comment\n")
     assert any(a.is_preferred for a in await editor.actions(uri, line))
@@ -182,12 +186,7 @@ async def test_the_plain_list_is_answered_before_the_ratings_are_ready(slow, che
     # Another program is rated anew, and meanwhile listed as it is without the agent.
     top = (await editor.actions(uri, line))[0]
     assert await editor.play(uri, top)
-    line = body_lines(editor, uri)[0]
-    started = time.monotonic()
-    after = await editor.actions(uri, line)
-    assert time.monotonic() - started < DELAY_S / 2, "the request waited for the agent"
-    assert_plain(after, plain(editor, uri, line))
-    assert_ranked(await ranked(editor, uri, line), ratings_of(checkpoint, editor.texts[uri]), plain(editor, uri, line))
+    await plain_then_ranked(editor, uri, body_lines(editor, uri)[0], checkpoint)
 
 
 async def test_with_the_setting_off_the_quick_fixes_are_as_without_the_agent(fast, checkpoint: Path,
