@@ -382,9 +382,9 @@ def ranked_report(figures: dict) -> list[str]:
             "### Right after an edit, before the ratings are ready", "",
             f"The 200-line file, {EDITS_THEN_ACTIONS} valid one-line edits; after each, a request at once at the "
             f"edited line (its new version's moves listed anew) and {OTHERS} more at other lines, without the ranking "
-            "(the first server) and with it, while the worker thread rates the opened version's moves (the "
+            "(the first server) and with it, while the rating process rates the opened version's moves (the "
             f"file was left {QUIET_S + 1:.0f} s after opening for that rating to start; a version is rated once it "
-            f"has stood {QUIET_S:.0f} s) and competes with the server for the interpreter.", "",
+            f"has stood {QUIET_S:.0f} s) and takes a core, but not the server's interpreter.", "",
             "| ranking | requests | median | p95 | max | answers ranked |", "|---|---|---|---|---|---|"]
     for ranking, after in (("off", figures["after_edits"]), ("on", figures["ranked_after"])):
         for which, samples in (("first after the edit", after["first"]), ("the next ones", after["others"]),
