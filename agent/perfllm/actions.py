@@ -40,11 +40,10 @@ import torch
 
 from dojo_ir import Program, to_text
 from dojo_ir.derivation import without_comments
-from dojo_ir.moves import Analysis, apply
 
 from ..evaluate import text_hash
-from ..legal import legal_moves
 from .embed import Embedding, text_key
+from .game import legal_moves, successors
 
 STOP = "stop: keep this program"
 _MAX_CHANGED_LINES = 12  # a fusion rewrites a nest; its first lines say what it did
@@ -100,9 +99,9 @@ def observe(program: Program, embedder: Embedding, target: str = "native") -> Ob
     """`program`, its legal moves for `target` and where they lead, and the vectors of the state
     and of every action, the texts they need embedded in one batch."""
     program = without_comments(program)
-    analysis = Analysis(program)
-    moves = [str(m) for m in legal_moves(program, target)]
-    programs = [program, *(apply(program, move, analysis) for move in moves)]
+    legal = legal_moves(program, target)
+    moves = [str(m) for m in legal]
+    programs = [program, *successors(program, legal)]
     texts = [to_text(p) for p in programs]
     changes = [changed_lines(texts[0], text) for text in texts[1:]]
     pieces = list(dict.fromkeys([texts[0], STOP, *moves, *(line for lines in changes for part in lines

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -77,8 +77,7 @@ def read_game(path: Path, target: str) -> LoggedGame | str:
         return f"{path}: no time for its starting program"
     skip = len(header.get("prefix", []))
     return LoggedGame(path, start, evaluations[0].cost,
-                      tuple(Evaluation(e.index, e.moves[skip:], e.hash, e.median_s, e.ok, e.error, e.wall_s)
-                            for e in evaluations[1:]))
+                      tuple(replace(e, moves=e.moves[skip:]) for e in evaluations[1:]))
 
 
 def read_games(paths: Sequence[Path], target: str) -> tuple[list[LoggedGame], list[str]]:
@@ -95,7 +94,7 @@ def transitions(game: LoggedGame, embedder: Embedding, target: str) -> Iterator[
     """Every step of `game` (see the module's docstring), then the stop action at every program
     measured, each with the vectors it names."""
     replayed: dict[tuple[str, ...], Program] = {(): game.start}
-    times = {text_hash(game.start): game.start_s}
+    measured = {text_hash(game.start): (game.start, game.start_s)}  # by program text: the program, its time
     seen: dict[str, Observation] = {}
 
     def observed(program: Program) -> Observation:
@@ -114,12 +113,12 @@ def transitions(game: LoggedGame, embedder: Embedding, target: str) -> Iterator[
         taken = before.moves.index(evaluation.moves[-1]) + 1
         replayed[evaluation.moves] = before.programs[taken]
         after = observed(before.programs[taken])
-        times[after.state] = evaluation.cost
+        measured[after.state] = (before.programs[taken], evaluation.cost)
         yield (Transition(before.state, before.actions, taken, game.start_s / evaluation.cost, after.state,
                           after.actions, False), {**before.vectors, **after.vectors})
-    for key, time_s in times.items():
+    for program, time_s in measured.values():
         if not math.isinf(time_s):
-            at = seen[key] if key in seen else observed(game.start)
+            at = observed(program)
             yield Transition(at.state, at.actions, 0, game.start_s / time_s, at.state, (), True), at.vectors
 
 
