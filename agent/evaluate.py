@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from dojo_ir import Program, to_text
-from dojo_ir.derivation import without_comments
-from dojo_ir.moves import Analysis, apply, why_not
+from dojo_ir.analysis import Analysis
+from dojo_ir.moves import apply, why_not
+from dojo_ir.paths import without_comments
 from runner.measure import Runner
 
 INF = math.inf

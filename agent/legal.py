@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from codegen.targets import Target, get_target
 from dojo_ir import Program
-from dojo_ir.moves import Analysis, Move, find
+from dojo_ir.analysis import Analysis
+from dojo_ir.moves import Move, find
 
 _GPU_ONLY = ("map_gpu",)
 _CPU_ONLY = ("parallelize_scope", "vectorize_scope")

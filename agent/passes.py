@@ -33,10 +33,10 @@ from codegen.cvector import pieces
 from codegen.targets import Target, get_target
 from dojo_ir import Program
 from dojo_ir.affine import NotAffine, affine
-from dojo_ir.derivation import without_comments
-from dojo_ir.moves import Analysis, Move, apply, find, why_not
-from dojo_ir.moves.base import Site
+from dojo_ir.analysis import Analysis, Site
+from dojo_ir.moves import Move, apply, find, why_not
 from dojo_ir.moves.vectorize_scope import VECTOR_BYTES
+from dojo_ir.paths import without_comments
 from dojo_ir.tree import DTYPE_BYTES, Access, Op, Scope
 
 SPARE_REGISTERS = 4  # vector registers left to the loaded vectors and broadcasts of a register tile

@@ -27,7 +27,8 @@ from typing import Any
 
 from codegen.targets import get_target
 from dojo_ir import Program
-from dojo_ir.derivation import record, without_comments
+from dojo_ir.derivation import record
+from dojo_ir.paths import without_comments
 from runner.measure import Runner, measure
 
 from .evaluate import INF, Evaluation, Evaluator, text_hash

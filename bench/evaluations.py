@@ -27,8 +27,9 @@ from pathlib import Path
 
 from codegen import generate
 from dojo_ir import Program, load
+from dojo_ir.analysis import Analysis
 from dojo_ir.library import KERNELS
-from dojo_ir.moves import Analysis, apply, find
+from dojo_ir.moves import apply, find
 from runner.local import LocalRunner
 from runner.result import RunResult
 

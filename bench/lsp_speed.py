@@ -65,8 +65,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from parse_speed import two_hundred_lines  # noqa: E402
 
 from dojo_ir import load  # noqa: E402
+from dojo_ir.analysis import Analysis  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
-from dojo_ir.moves import Analysis, find  # noqa: E402
+from dojo_ir.moves import find  # noqa: E402
 from server.lsp.ratings import QUIET_S  # noqa: E402
 
 ROUNDS = 5

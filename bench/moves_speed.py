@@ -21,9 +21,10 @@ from pathlib import Path
 
 from dojo_ir import load
 from dojo_ir.affine import affine
+from dojo_ir.analysis import Analysis
 from dojo_ir.dependence import _conflict
 from dojo_ir.library import KERNELS
-from dojo_ir.moves import Analysis, find
+from dojo_ir.moves import find
 
 
 def sixty_lines() -> str:

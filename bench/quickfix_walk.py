@@ -24,8 +24,9 @@ import statistics
 from pathlib import Path
 
 from dojo_ir import load, to_text
+from dojo_ir.analysis import Analysis
 from dojo_ir.derivation import replay, spec_path, verify
-from dojo_ir.moves import Analysis, find, parse_move
+from dojo_ir.moves import find, move_lines, parse_move
 from runner.local import LocalRunner
 from runner.measure import measure
 
@@ -38,11 +39,11 @@ def offered(before, move: str) -> int:
     """The line at which the editor offers `move` as a quick-fix in `before`; fails if it does not."""
     program = load(to_text(before))  # as the editor sees it: parsed from text, with lines
     analysis = Analysis(program)
-    lines = analysis.lines(parse_move(move))
+    lines = move_lines(analysis, parse_move(move))
     if lines is None:
         raise SystemExit(f"`{move}` names no node of the program before it")
     at_line = [str(m) for m in find(program, analysis)
-               if (span := analysis.lines(m)) is not None and span[0] <= lines[0] <= span[1]]
+               if (span := move_lines(analysis, m)) is not None and span[0] <= lines[0] <= span[1]]
     if move not in at_line:
         raise SystemExit(f"`{move}` is not among the {len(at_line)} quick-fixes at line {lines[0]}")
     return lines[0]

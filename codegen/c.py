@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from math import prod
 
-from dojo_ir.moves.base import node_at
+from dojo_ir.paths import node_at
 from dojo_ir.tree import DTYPE_BYTES, Buffer, Node, Op, Program, Scope, walk_op_paths, walk_scopes
 
 from .cexpr import Env, Printer, buffer_var, c_type, helper_source, loop_var, statement, storage_size, used_helpers

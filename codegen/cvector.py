@@ -45,7 +45,7 @@ import re
 from dataclasses import dataclass
 
 from dojo_ir.affine import affine
-from dojo_ir.moves.vectorize_scope import lane_as_value
+from dojo_ir.refs import used_as_value
 from dojo_ir.tree import DTYPE_BYTES, FLOAT_DTYPES, Access, Binary, Call, Expr, Op, Program, Scope, Unary, accesses
 
 from .cexpr import (
@@ -114,7 +114,7 @@ def vectorizable(scope: Scope, lane: int, program: Program) -> bool:
             return False
     if _lane_use(op.target, lane) == "invariant" and op.reduction is None:
         return False
-    return not lane_as_value(op.value, lane)
+    return not used_as_value(op.value, lane)
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from dojo_ir.moves import Analysis
-from dojo_ir.moves.base import node_at
+from dojo_ir.analysis import Analysis
+from dojo_ir.paths import node_at
 from dojo_ir.tree import Node, Program, Scope
 
 from .c import parameters

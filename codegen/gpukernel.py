@@ -51,8 +51,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from math import prod
 
+from dojo_ir.analysis import Analysis
 from dojo_ir.dependence import Touch
-from dojo_ir.moves import Analysis
 from dojo_ir.tree import Buffer, Node, Op, Program, Scope, walk_op_paths
 
 from .c import braced, common_prefix, indented, parameters

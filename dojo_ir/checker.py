@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from .affine import NotAffine, affine
 from .dependence import carried_flows
+from .errors import NOWHERE as _NOWHERE
 from .errors import Diagnostic
 from .printer import access_text, expr_text
 from .tree import (
@@ -37,7 +38,6 @@ from .tree import (
 )
 
 _SCOPE_KINDS = "u (unroll), p (parallel), v (vectorize), g (GPU grid), b (GPU block) or w (GPU warp)"
-_NOWHERE = Span(1, 1, 1, 1)
 
 
 def _one_of(choices) -> str:

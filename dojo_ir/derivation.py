@@ -16,26 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .errors import Diagnostic, DojoError
-from .moves import Analysis, apply, why_not
+from .analysis import Analysis
+from .errors import NOWHERE, Diagnostic, DojoError
+from .moves import apply, why_not
+from .paths import same_program, without_comments
 from .printer import body_lines, to_text
-from .tree import Derivation, Op, Program, Span, walk_ops
-
-_NOWHERE = Span(1, 1, 1, 1)
-
-
-def without_comments(program: Program) -> Program:
-    """The program with no comments and no derivation: what it computes."""
-
-    def bare(nodes):
-        return tuple(replace(n, comments=()) if isinstance(n, Op) else replace(n, body=bare(n.body)) for n in nodes)
-
-    return replace(program, comments=(), trailing=(), derivation=None,
-                   buffers=tuple(replace(b, comments=()) for b in program.buffers), body=bare(program.body))
-
-
-def same_program(a: Program, b: Program) -> bool:
-    return without_comments(a) == without_comments(b)
+from .tree import Derivation, Program, walk_ops
 
 
 def record(program: Program, moves: list[str], spec: str | None = None) -> Program:
@@ -68,12 +54,12 @@ def replay(program: Program, spec: Program) -> Replay:
     apply raises DojoError at its line, naming it and saying why."""
     derivation = program.derivation
     if derivation is None:
-        raise DojoError.at(program.span or _NOWHERE, "this file has no derivation: no `spec` line after the kernel "
+        raise DojoError.at(program.span or NOWHERE, "this file has no derivation: no `spec` line after the kernel "
                            "line", "replay")
     states = [without_comments(spec)]
     spans = derivation.move_spans or ()
     for k, text in enumerate(derivation.moves):
-        span = spans[k] if k < len(spans) else derivation.span or _NOWHERE
+        span = spans[k] if k < len(spans) else derivation.span or NOWHERE
         analysis = Analysis(states[-1])
         reason = why_not(states[-1], text, analysis)
         if reason is not None:
@@ -98,7 +84,7 @@ def verify(program: Program, spec: Program) -> list[Diagnostic]:
 
 def _first_difference(program: Program, derived: Program, states: list[Program]) -> Diagnostic:
     mine, theirs = without_comments(program), without_comments(derived)
-    span = program.span or _NOWHERE
+    span = program.span or NOWHERE
     if (mine.name, mine.inputs, mine.outputs, mine.buffers) != (theirs.name, theirs.inputs, theirs.outputs,
                                                                  theirs.buffers):
         for b, d in zip(program.buffers, derived.buffers, strict=False):
@@ -141,6 +127,6 @@ def advance(program: Program, moves: list[str]) -> Program:
         analysis = Analysis(moved)
         reason = why_not(moved, text, analysis)
         if reason is not None:
-            raise DojoError.at(program.span or _NOWHERE, f"move {k} `{text}` does not apply: {reason}", "move")
+            raise DojoError.at(program.span or NOWHERE, f"move {k} `{text}` does not apply: {reason}", "move")
         moved = apply(moved, text, analysis)
     return record(moved, moves) if program.derivation is not None and moves else moved

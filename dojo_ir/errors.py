@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 from .tree import Span
 
+# Where an error stands that no text places: the start of the file.
+NOWHERE = Span(1, 1, 1, 1)
+
 
 @dataclass(frozen=True)
 class Diagnostic:

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .analysis import Analysis
 from .checker import check
 from .errors import DojoError
 from .interpreter import interpret, random_inputs
 from .library import KERNELS
-from .moves import Analysis, apply, find, of_a_random_kind
+from .moves import apply, find, of_a_random_kind
 from .parser import parse
 from .printer import to_text
 from .tree import Program

@@ -27,6 +27,7 @@ from math import prod
 import numpy as np
 
 from .affine import Affine, affine
+from .errors import NOWHERE as _NOWHERE
 from .errors import DojoError
 from .tree import (
     FLOAT_DTYPES,
@@ -63,7 +64,6 @@ _BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply}
 # Running a scope at once is skipped (the scope is looped instead) when the box
 # of vector axes would exceed this many points; it bounds memory, not meaning.
 _MAX_POINTS = 1 << 22
-_NOWHERE = Span(1, 1, 1, 1)
 
 Value = np.ndarray | np.generic
 Index = int | np.ndarray

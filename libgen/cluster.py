@@ -43,7 +43,7 @@ from types import TracebackType
 from typing import Any
 
 from dojo_ir import Program, load, to_text
-from dojo_ir.derivation import without_comments
+from dojo_ir.paths import without_comments
 from runner.local import LocalRunner
 from runner.result import RunResult
 

@@ -71,8 +71,7 @@ from codegen import generate
 from codegen.build import BuildError, build, default_cache_dir
 from codegen.targets import TARGETS, Target, get_target
 from dojo_ir import DojoError, Program, interpret, random_inputs, to_text
-from dojo_ir.derivation import without_comments
-from dojo_ir.moves.rewrite import map_ops
+from dojo_ir.paths import map_ops, without_comments
 from dojo_ir.tree import Access, Binary, Buffer, Call, Expr, Node, Op, Ref, Scope, Unary, walk_ops
 
 from .files import exclusive

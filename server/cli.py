@@ -20,10 +20,12 @@ from pathlib import Path
 import numpy as np
 
 from dojo_ir import DojoError, diagnose, interpret, load, random_inputs, to_text
-from dojo_ir.derivation import record, spec_path, verify, without_comments
+from dojo_ir.analysis import Analysis
+from dojo_ir.derivation import record, spec_path, verify
 from dojo_ir.fuzz import fuzz
 from dojo_ir.library import KERNELS, Kernel
-from dojo_ir.moves import KINDS, Analysis, apply, find, parse_move
+from dojo_ir.moves import KINDS, apply, find, move_lines, parse_move
+from dojo_ir.paths import without_comments
 from runner.files import write_atomically
 from runner.measure import MIN_TIME_S, measure
 from runner.result import RunResult
@@ -145,7 +147,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 def _moves_json(program, moves, analysis) -> list[dict]:
     rows = []
     for move in moves:
-        lines = analysis.lines(move)
+        lines = move_lines(analysis, move)
         rows.append({"move": str(move), "name": move.name, "title": KINDS[move.name].TITLE,
                      "line": lines[0] if lines else None, "end_line": lines[1] if lines else None})
     return rows

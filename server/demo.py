@@ -20,9 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from dojo_ir import diagnose, interpret, load, random_inputs, to_text
+from dojo_ir.analysis import Analysis
 from dojo_ir.derivation import record, verify
 from dojo_ir.library import KERNELS
-from dojo_ir.moves import Analysis, apply, find
+from dojo_ir.moves import apply, find
 from runner.local import LocalRunner
 from runner.measure import measure
 from runner.result import RunResult

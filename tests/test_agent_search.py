@@ -13,8 +13,9 @@ import pytest
 from agent.evaluate import Evaluator, read_log, text_hash
 from agent.tune import TuneProgress, tune
 from dojo_ir import interpret, load, random_inputs, to_text
-from dojo_ir.derivation import verify, without_comments
+from dojo_ir.derivation import verify
 from dojo_ir.library import KERNELS
+from dojo_ir.paths import without_comments
 from runner.result import RunResult
 
 

@@ -31,9 +31,10 @@ from codegen.c import generate_c, streamed
 from codegen.cvector import pieces, streamable
 from codegen.targets import Target, streaming_threshold_bytes
 from dojo_ir import interpret, load, random_inputs, to_text
+from dojo_ir.analysis import Analysis
 from dojo_ir.fuzz import fuzz_shape
 from dojo_ir.library import KERNELS
-from dojo_ir.moves import Analysis, apply, find
+from dojo_ir.moves import apply, find
 from dojo_ir.tree import Program, walk_scopes
 
 NUMPY = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}

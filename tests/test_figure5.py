@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from dojo_ir import check, interpret, load, random_inputs, to_text
+from dojo_ir.analysis import Analysis
 from dojo_ir.derivation import record, verify
 from dojo_ir.library import KERNELS
-from dojo_ir.moves import Analysis, apply, find
+from dojo_ir.moves import apply, find
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "softmax.dojo"
 # The walk of examples/softmax.dojo: fuse the six row loops; keep the row max

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from dojo_ir import check, interpret, load, random_inputs, to_text
+from dojo_ir.analysis import Analysis
 from dojo_ir.fuzz import fuzz_shape
 from dojo_ir.library import KERNELS
-from dojo_ir.moves import KINDS, Analysis, IllegalMove, apply, find, why_not
+from dojo_ir.moves import KINDS, IllegalMove, apply, find, why_not
 
 EXAMPLES = [
     pytest.param(kind, before, move, after, id=f"{name}-{i}")

@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 
 from dojo_ir import check, interpret, load, random_inputs, to_text
+from dojo_ir.analysis import Analysis
 from dojo_ir.library import KERNELS
-from dojo_ir.moves import Analysis, apply, find, parse_move
-from dojo_ir.moves.base import Path
+from dojo_ir.moves import apply, find, parse_move
+from dojo_ir.moves.base import scope_of, site_of
 from dojo_ir.moves.examples import FUSED_SOFTMAX
+from dojo_ir.paths import TreePath
 from dojo_ir.tree import Program
 
 FUSED_SOFTMAX = FUSED_SOFTMAX
@@ -27,15 +29,15 @@ def listed(program: Program) -> list[str]:
     return [str(m) for m in find(program)]
 
 
-def node_move(name: str, program: Program, path: Path) -> str:
+def node_move(name: str, program: Program, path: TreePath) -> str:
     label, depth = Analysis(program).locate(path)
     return f"{name}(op={label})" if depth is None else f"{name}(op={label}, depth={depth})"
 
 
-def path_of(program: Program, move: str) -> Path:
+def path_of(program: Program, move: str) -> TreePath:
     """The node a `op=..., depth=...` (or `op=...`) move names."""
     a, parsed = Analysis(program), parse_move(move)
-    return a.scope(parsed)[1] if "depth" in dict(parsed.args) else a.site(parsed).path
+    return scope_of(a, parsed)[1] if "depth" in dict(parsed.args) else site_of(a, parsed).path
 
 
 def inverse(program: Program, move: str, moved: Program) -> str:

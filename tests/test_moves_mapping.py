@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from dojo_ir import check, interpret, load, random_inputs, to_text
+from dojo_ir.analysis import Analysis
 from dojo_ir.library import KERNELS
-from dojo_ir.moves import Analysis, Move, apply, find, parse_move, why_not
+from dojo_ir.moves import Move, apply, find, parse_move, why_not
 
 MAPPING_MOVES = ("unroll_scope", "parallelize_scope", "vectorize_scope", "map_gpu")
 

@@ -12,9 +12,9 @@ import torch
 
 from agent.perfllm.embed import Embedder, canonical_text, default_model_dir, segments, shared, windows
 from dojo_ir import load
-from dojo_ir.derivation import without_comments
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import apply, find
+from dojo_ir.paths import without_comments
 
 FUSED_SOFTMAX = """kernel softmax(x) -> y
 

@@ -17,8 +17,8 @@ from agent.perfllm.embed import canonical_text
 from agent.perfllm.env import STOP, PerfDojoEnv
 from agent.perfllm.game import legal_moves
 from dojo_ir import load, to_text
-from dojo_ir.derivation import without_comments
 from dojo_ir.library import KERNELS
+from dojo_ir.paths import without_comments
 
 MATMUL = KERNELS["matmul"].small()
 HALVES = speedup_cost(lambda m: 0.5 if m.startswith("parallelize") else 2.0)

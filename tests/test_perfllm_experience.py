@@ -22,8 +22,8 @@ from agent.perfllm.train import train
 from agent.search import METHODS, make_graph
 from codegen.targets import get_target
 from dojo_ir import load, to_text
-from dojo_ir.derivation import without_comments
 from dojo_ir.library import KERNELS
+from dojo_ir.paths import without_comments
 from runner.result import RunResult
 
 one_thread = pytest.fixture(autouse=True, scope="module")(test_perfllm_fakes.one_thread)

@@ -19,9 +19,9 @@ from agent.perfllm.learner import Learner
 from agent.perfllm.play import play
 from codegen.targets import get_target
 from dojo_ir import load
-from dojo_ir.derivation import without_comments
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import find, why_not
+from dojo_ir.paths import without_comments
 
 one_thread = pytest.fixture(autouse=True, scope="module")(test_perfllm_fakes.one_thread)
 

@@ -18,8 +18,8 @@ from agent.perfllm.game import legal_moves
 from agent.perfllm.learner import Learner
 from agent.perfllm.search import search
 from dojo_ir import load
-from dojo_ir.derivation import without_comments
 from dojo_ir.library import KERNELS
+from dojo_ir.paths import without_comments
 
 one_thread = pytest.fixture(autouse=True, scope="module")(test_perfllm_fakes.one_thread)
 

@@ -18,8 +18,8 @@ from agent.perfllm.learner import LearnerConfig
 from agent.perfllm.play import continue_
 from agent.perfllm.train import train
 from dojo_ir import load
-from dojo_ir.derivation import without_comments
 from dojo_ir.library import KERNELS
+from dojo_ir.paths import without_comments
 from runner.local import LocalRunner
 
 one_thread = pytest.fixture(autouse=True, scope="module")(test_perfllm_fakes.one_thread)

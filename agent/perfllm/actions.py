@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from dojo_ir import Program, to_text
-from dojo_ir.derivation import without_comments
+from dojo_ir.paths import without_comments
 
 from ..evaluate import text_hash
 from .embed import Embedding, text_key

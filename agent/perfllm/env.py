@@ -34,8 +34,8 @@ import numpy as np
 from gymnasium import spaces
 
 from dojo_ir import Program, load
-from dojo_ir.derivation import without_comments
 from dojo_ir.moves import Move, apply
+from dojo_ir.paths import without_comments
 
 from ..evaluate import Evaluator
 from .embed import canonical_text

@@ -22,8 +22,9 @@ import math
 from collections.abc import Callable, Sequence
 
 from dojo_ir import Program
-from dojo_ir.derivation import without_comments
-from dojo_ir.moves import Analysis, Move, apply
+from dojo_ir.analysis import Analysis
+from dojo_ir.moves import Move, apply
+from dojo_ir.paths import without_comments
 
 from ..evaluate import Evaluator, text_hash
 from ..legal import allowed, legal_moves

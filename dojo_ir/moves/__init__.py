@@ -3,6 +3,8 @@ meaning.
 
 Each kind of move is one module with
 - `NAME` and `TITLE` (what the editor shows),
+- `ARGS`: its arguments, declared (see `base.Param`), which `parse_move` checks
+  and puts in order,
 - `candidates(analysis)`: every location where the move might apply,
 - `why_not(analysis, move)`: None if the move is legal there, else the reason,
 - `rewrite(analysis, move)`: the new program (only called when legal),
@@ -21,8 +23,10 @@ import random
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
+from ..analysis import Analysis
+from ..errors import NOWHERE
 from ..tree import Program
-from .base import NOWHERE, Analysis, IllegalMove, Move, parse_move
+from .base import IllegalMove, Move, Param, check_args, move_lines, read_move
 
 
 def _discover() -> dict[str, ModuleType]:
@@ -38,13 +42,42 @@ def _discover() -> dict[str, ModuleType]:
 
 
 KINDS: dict[str, ModuleType] = _discover()
+DECLARED: dict[str, tuple[Param, ...]] = {name: kind.ARGS for name, kind in KINDS.items()}
 
 
-def _kind(move: Move) -> ModuleType:
+def parse_move(text: str) -> Move:
+    """`name(key=value, ...)` to a Move, checked against the move's declared
+    arguments and with them in the declared order; IllegalMove otherwise, at
+    the culprit's column in `text`."""
+    return read_move(text, DECLARED)
+
+
+def _kind(move: Move | str) -> tuple[ModuleType, Move]:
+    """The module of a move, and the move, checked against its declaration."""
+    if isinstance(move, str):
+        move = parse_move(move)
     kind = KINDS.get(move.name)
     if kind is None:
         raise IllegalMove.at(NOWHERE, f"unknown move `{move.name}`; the moves are {', '.join(sorted(KINDS))}", "move")
-    return kind
+    check_args(move, kind.ARGS)
+    return kind, move
+
+
+def _candidates(a: Analysis, kind: ModuleType) -> list[Move]:
+    """`kind.candidates(a)`, remembered (the editor filters them per line)."""
+    key = ("candidates", kind.NAME)
+    if key not in a.memo:
+        a.memo[key] = list(kind.candidates(a))
+    return a.memo[key]
+
+
+def _legal(a: Analysis, kind: ModuleType, move: Move) -> bool:
+    """Whether `kind` allows `move` here; remembered, as the editor asks again
+    for the moves of the scopes around each line."""
+    key = ("legal", move)
+    if key not in a.memo:
+        a.memo[key] = kind.why_not(a, move) is None
+    return a.memo[key]
 
 
 def find(program: Program, analysis: Analysis | None = None, where: Callable[[Move], bool] | None = None) -> list[Move]:
@@ -52,23 +85,23 @@ def find(program: Program, analysis: Analysis | None = None, where: Callable[[Mo
     `where`, only those it keeps (asked before the costly legality check, so
     the editor pays only for the moves at the cursor)."""
     a = analysis or Analysis(program)
-    return [m for kind in KINDS.values() for m in a.candidates(kind)
-            if (where is None or where(m)) and a.legal(kind, m)]
+    return [m for kind in KINDS.values() for m in _candidates(a, kind)
+            if (where is None or where(m)) and _legal(a, kind, m)]
 
 
 def why_not(program: Program, move: Move | str, analysis: Analysis | None = None) -> str | None:
-    """None if `move` is legal in `program`, else the reason in words."""
-    move = parse_move(move) if isinstance(move, str) else move
+    """None if `move` is legal in `program`, else the reason in words (also
+    for a move that is malformed: an unknown argument, a value out of range)."""
     try:
-        return _kind(move).why_not(analysis or Analysis(program), move)
+        kind, move = _kind(move)
+        return kind.why_not(analysis or Analysis(program), move)
     except IllegalMove as error:
         return error.diagnostics[0].message
 
 
 def apply(program: Program, move: Move | str, analysis: Analysis | None = None) -> Program:
-    """`program` after `move`, or IllegalMove saying why it is not legal."""
-    move = parse_move(move) if isinstance(move, str) else move
-    kind = _kind(move)
+    """`program` after `move`, or IllegalMove saying why it is malformed or not legal."""
+    kind, move = _kind(move)
     a = analysis or Analysis(program)
     reason = kind.why_not(a, move)
     if reason is not None:
@@ -84,4 +117,5 @@ def of_a_random_kind(rng: random.Random, kinds: Sequence[str]) -> int:
     return rng.choice([i for i, k in enumerate(kinds) if k == kind])
 
 
-__all__ = ["KINDS", "Analysis", "IllegalMove", "Move", "apply", "find", "of_a_random_kind", "parse_move", "why_not"]
+__all__ = ["DECLARED", "KINDS", "IllegalMove", "Move", "Param", "apply", "find", "move_lines", "of_a_random_kind",
+           "parse_move", "why_not"]

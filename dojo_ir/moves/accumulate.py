@@ -58,14 +58,17 @@ from dataclasses import replace
 from math import prod
 
 from ..affine import NotAffine, affine
+from ..analysis import Analysis, Site
 from ..dependence import touches
+from ..paths import TreePath, node_at, splice, with_body
+from ..refs import ref, substitute_expr
 from ..tree import FLOAT_DTYPES, KEYWORDS, Access, Buffer, Dim, Node, Num, Op, Program, Ref, Scope, Unary, walk_expr
-from .base import Analysis, Move, Path, Site, node_at, splice, with_body
+from .base import DEPTH, OP, Move, scope_of
 from .examples import FUSED_SOFTMAX
-from .rewrite import ref, substitute_expr
 
 NAME = "accumulate"
 TITLE = "Accumulate in a register"
+ARGS = (OP, DEPTH)
 
 MAX_TILE = 1024  # elements: twice an AVX-512 register file of f32, and 4 KiB of stack per thread
 _THREADED = "pgbw"  # kinds whose iterations run at once, unlike `u` and `v`
@@ -125,7 +128,7 @@ def distinct_per_iteration(access: Access, sizes: dict[int, int], dims: tuple[Di
     return True
 
 
-def _carried_into_load(a: Analysis, load: Op, chain: tuple[Scope, ...], depth: int, scope_path: Path) -> bool:
+def _carried_into_load(a: Analysis, load: Op, chain: tuple[Scope, ...], depth: int, scope_path: TreePath) -> bool:
     """Could a write in an earlier iteration of a scope around the load reach
     an element it reads? Elements compare logically, as the dependent
     iteration rule does: folded storage reused across iterations is the
@@ -188,7 +191,7 @@ class Plan:
 
 def check(a: Analysis, move: Move, partial: bool) -> str | None:
     """Why `move` (accumulate, or its partial form) is not legal, or None."""
-    site, path, _ = a.scope(move)
+    site, path, _ = scope_of(a, move)
     depth = len(path) - 1
     op = site.op
     if not op.reduction:
@@ -230,7 +233,7 @@ def check(a: Analysis, move: Move, partial: bool) -> str | None:
 
 def transform(a: Analysis, move: Move, partial: bool) -> Program:
     """The program after `move` (accumulate, or its partial form)."""
-    site, path, _ = a.scope(move)
+    site, path, _ = scope_of(a, move)
     plan = Plan(a, site, len(path) - 1, partial)
     body = splice(a.program.body, site.path, (replace(site.op, target=plan.update_target),))
     nodes = (copy_nest(plan.tile_scopes, plan.load), node_at(body, path), copy_nest(plan.tile_scopes, plan.store))

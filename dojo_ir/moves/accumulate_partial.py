@@ -29,12 +29,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..analysis import Analysis
 from ..tree import Program
 from .accumulate import check, reduction_scopes, transform
-from .base import Analysis, Move
+from .base import DEPTH, OP, Move
 
 NAME = "accumulate_partial"
 TITLE = "Accumulate a partial result in a register"
+ARGS = (OP, DEPTH)
 
 
 def candidates(a: Analysis) -> Iterator[Move]:

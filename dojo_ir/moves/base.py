@@ -1,31 +1,35 @@
-"""What every move shares: its text form, locations, and tree surgery.
+"""What every move shares: its text form, its declared arguments, and how it
+names the nodes it acts on.
 
 A move is a name and keyword arguments, written `join_scopes(op=e, depth=0)`.
-Its location names tree nodes the way a person does: an operation by the
-array it writes (`op=e`, or `op=e#2` for the second operation writing `e`,
-counted in execution order), a scope by an operation inside it and the scope's
-depth in that operation's chain, a buffer by its name. These names depend
-only on the tree, never on the text's layout, so a move stays valid when the
-file is printed again.
+Each move module declares its arguments in `ARGS`, in their canonical order:
+each argument's key, the kind of thing it names and the values it takes.
+Its location names tree nodes the way a person does: an operation by its
+label (the array it writes, `op=e`, or `op=e#2` for the second operation
+writing `e`, counted in execution order; see `dojo_ir.analysis`), a scope by
+an operation inside it and the scope's depth in that operation's chain, a
+buffer by its name. These names depend only on the tree, never on the text's
+layout, so a move stays valid when the file is printed again.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from ..dependence import Touch, conflict, touches
-from ..errors import DojoError
-from ..tree import Node, Op, Program, Scope, Span, walk_op_paths
+from ..analysis import Analysis, Site
+from ..errors import NOWHERE, DojoError
+from ..paths import TreePath
+from ..tree import Scope, Span
 
-Path = tuple[int, ...]  # child indices from the root body down to a node
+# The largest integer any argument takes: sizes and factors are extents, which
+# the generated code counts in 64-bit integers.
+LARGEST = 2**63 - 1
 
 
 class IllegalMove(DojoError):
-    """A move that cannot be applied here; the message says why."""
+    """A move that cannot be applied: malformed, or not legal here; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -47,224 +51,186 @@ class Move:
         raise IllegalMove.at(NOWHERE, f"`{self}` needs the argument `{key}`", self.name)
 
 
-NOWHERE = Span(1, 1, 1, 1)
-_MOVE = re.compile(r"\s*([a-z_][a-z0-9_]*)\s*\((.*)\)\s*$")
-_ARG = re.compile(r"\s*([a-z_]+)\s*=\s*([A-Za-z0-9_#]+)\s*$")
+@dataclass(frozen=True)
+class Param:
+    """One declared argument of a move: its key, the kind of thing it names
+    (op, depth, buffer, dim, factor, size, location or kind), and its values:
+    integers from `low` up to LARGEST, or one of `choices`, or else names
+    (an operation label for `op`, a plain name otherwise)."""
+
+    key: str
+    kind: str
+    low: int | None = None
+    choices: tuple[str, ...] = ()
+    optional: bool = False
+
+    def describe(self) -> str:
+        what = _KIND_WORDS[self.kind]
+        if self.low is not None:
+            return f"{what}, an integer {self.low} or more"
+        if self.choices:
+            return f"{what}, one of {_one_of(self.choices)}"
+        return what
+
+    def read(self, text: str) -> str | int | None:
+        """The value `text` stands for, or None if this argument does not take it."""
+        if self.low is not None:
+            # Count the digits before converting: Python refuses to convert
+            # more than 4,300 of them, and no extent has more than 19.
+            if not text.isascii() or not text.isdigit() or len(text.lstrip("0")) > len(str(LARGEST)):
+                return None
+            value = int(text)
+            return value if self.low <= value <= LARGEST else None
+        if self.choices:
+            return text if text in self.choices else None
+        return text if (_LABEL if self.kind == "op" else _NAME).fullmatch(text) else None
+
+    def accepts(self, value: str | int) -> bool:
+        return self.read(str(value)) == value
 
 
-def parse_move(text: str) -> Move:
-    """`name(key=value, ...)` to a Move; integers become ints."""
+_KIND_WORDS = {
+    "op": "an operation label (`e`, or `e#2` for the second operation writing `e`)",
+    "buffer": "a buffer name",
+    "depth": "a scope depth",
+    "dim": "a dimension",
+    "factor": "a factor",
+    "size": "a size",
+    "location": "a memory",
+    "kind": "a scope kind",
+}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(#[1-9][0-9]{0,8})?")
+
+OP = Param("op", "op")
+DEPTH = Param("depth", "depth", low=0)
+BUFFER = Param("buffer", "buffer")
+DIM = Param("dim", "dim", low=0)
+
+
+def _one_of(words: tuple[str, ...]) -> str:
+    return f"{', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else words[0]
+
+
+# -- the text form -------------------------------------------------------------
+
+_MOVE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)\s*$", re.DOTALL)
+_ARG = re.compile(r"(\s*)([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\S+?)\s*$", re.DOTALL)
+
+
+def _error(start: int, end: int, message: str, rule: str = "move") -> IllegalMove:
+    """An error on characters start:end (0-based) of a one-line move text."""
+    return IllegalMove.at(Span(1, start + 1, 1, max(end, start + 1) + 1), message, rule)
+
+
+def read_move(text: str, declared: Mapping[str, tuple[Param, ...]]) -> Move:
+    """`name(key=value, ...)` to a Move, its arguments checked against the
+    move's declaration (`declared[name]`) and put in the declared order.
+    IllegalMove otherwise, with the column of the culprit in `text` (line 1);
+    a caller that read the text from somewhere else shifts it there."""
     match = _MOVE.match(text)
     if not match:
-        raise DojoError.at(NOWHERE, f"`{text.strip()}` is not a move; expected `name(key=value, ...)`", "move")
-    args = []
-    for part in filter(str.strip, match.group(2).split(",")):
+        shown = text.strip() if len(text) < 200 else text.strip()[:200] + "..."
+        raise _error(0, len(text), f"`{shown}` is not a move; expected `name(key=value, ...)`")
+    name = match.group(1)
+    params = declared.get(name)
+    if params is None:
+        raise _error(match.start(1), match.end(1),
+                     f"unknown move `{name[:100]}`; the moves are {', '.join(sorted(declared))}")
+    by_key = {p.key: p for p in params}
+    given: dict[str, str | int] = {}
+    inside, start = match.group(2), match.start(2)
+    for part in inside.split(",") if inside.strip() else ():
+        end = start + len(part)
+        if not part.strip():
+            raise _error(start, end, f"an empty argument in `{name}(...)`; expected `key=value`")
         arg = _ARG.match(part)
         if not arg:
-            raise DojoError.at(NOWHERE, f"`{part.strip()}` in `{text.strip()}` is not `key=value`", "move")
-        value = arg.group(2)
-        args.append((arg.group(1), int(value) if value.isdigit() else value))
-    return Move(match.group(1), tuple(args))
+            lead = len(part) - len(part.lstrip())
+            raise _error(start + lead, start + len(part.rstrip()), f"`{part.strip()[:100]}` is not `key=value`")
+        key, value = arg.group(2), arg.group(3)
+        key_at, value_at = start + arg.start(2), start + arg.start(3)
+        param = by_key.get(key)
+        if param is None:
+            raise _error(key_at, key_at + len(key), f"`{name}` has no argument `{key[:100]}`; its arguments are "
+                         f"{', '.join(by_key)}")
+        if key in given:
+            raise _error(key_at, key_at + len(key), f"`{key}` is given twice")
+        read = param.read(value)
+        if read is None:
+            raise _error(value_at, value_at + len(value), _bad_value(param, value))
+        given[key] = read
+        start = end + 1
+    for param in params:
+        if param.key not in given and not param.optional:
+            close = match.end(2)
+            raise _error(close, close + 1, f"`{name}` needs the argument `{param.key}`: {param.describe()}")
+    return Move(name, tuple((p.key, given[p.key]) for p in params if p.key in given))
 
 
-# -- the tree as seen by the moves ------------------------------------------
+def _bad_value(param: Param, value: str) -> str:
+    shown = f"`{value}`" if len(value) <= 40 else f"a value of {len(value)} characters"
+    if param.low is not None and value.isascii() and value.isdigit() and int(value.lstrip("0")[:20] or 0) >= param.low:
+        return f"`{param.key}` is out of range: {param.describe()}, at most {LARGEST}; got {shown}"
+    return f"`{param.key}` must be {param.describe()}; got {shown}"
 
 
-@dataclass(frozen=True)
-class Site:
-    """One operation with everything a move needs to know about where it is."""
-
-    label: str  # `e` or `e#2`
-    path: Path
-    op: Op
-    chain: tuple[Scope, ...]
-
-    @property
-    def line(self) -> int | None:
-        return self.op.span.line if self.op.span else None
-
-
-class Analysis:
-    """Facts about one program, computed once and shared by every move's
-    `find`: the operations and their labels, and dependence questions about
-    subtrees. Cheap to build; the expensive parts are computed on demand."""
-
-    def __init__(self, program: Program):
-        self.program = program
-
-    @cached_property
-    def sites(self) -> list[Site]:
-        found = list(walk_op_paths(self.program.body))
-        writers = Counter(op.target.array for _, op, _ in found)
-        seen: Counter[str] = Counter()
-        labelled = []
-        for path, op, chain in found:
-            array = op.target.array
-            seen[array] += 1
-            labelled.append(Site(array if writers[array] == 1 else f"{array}#{seen[array]}", path, op, chain))
-        return labelled
-
-    @cached_property
-    def by_label(self) -> dict[str, Site]:
-        labels = {s.label: s for s in self.sites}
-        for s in self.sites:
-            labels.setdefault(f"{s.op.target.array}#1", s)
-        return labels
-
-    def site(self, move: Move) -> Site:
-        label = str(move.arg("op"))
-        found = self.by_label.get(label)
-        if found is None:
-            known = ", ".join(s.label for s in self.sites)
-            raise IllegalMove.at(NOWHERE, f"`{move}`: no operation `{label}`; the operations are {known}", move.name)
-        return found
-
-    def scope(self, move: Move) -> tuple[Site, Path, Scope]:
-        """The scope a move names with `op=..., depth=...`."""
-        site = self.site(move)
-        depth = move.arg("depth")
-        if not isinstance(depth, int) or depth >= len(site.chain):
-            raise IllegalMove.at(NOWHERE, f"`{move}`: operation `{site.label}` has "
-                                 f"{len(site.chain)} scope(s) around it, so depth is 0 to {len(site.chain) - 1}",
-                                 move.name)
-        return site, site.path[: depth + 1], site.chain[depth]
-
-    def first_site(self, path: Path) -> Site:
-        """The first operation (in execution order) inside the node at `path`."""
-        return next(s for s in self.sites if s.path[: len(path)] == path)
-
-    def locate(self, path: Path) -> tuple[str, int | None]:
-        """How a move names the node at `path`: (op label, depth or None for an op)."""
-        site = self.first_site(path)
-        return site.label, (None if len(path) == len(site.path) else len(path) - 1)
-
-    def lines(self, move: Move) -> tuple[int, int] | None:
-        """The lines of the node a move acts on (first, last): a scope spans
-        its operations' lines, a buffer its declaration. None for a tree that
-        was not parsed from text."""
-        args = dict(move.args)
-        if "buffer" in args:
-            buffer = next((b for b in self.program.buffers if b.name == args["buffer"]), None)
-            return (buffer.span.line, buffer.span.line) if buffer is not None and buffer.span else None
-        site = self.by_label.get(str(args.get("op")))
-        if site is None:
-            return None
-        depth = args.get("depth")
-        return self._lines_of(site.path if not isinstance(depth, int) else site.path[: depth + 1])
-
-    def _lines_of(self, path: Path) -> tuple[int, int] | None:
-        found = self._node_lines.get(path, False)
-        if found is False:
-            inside = [s.line for s in self.sites if s.path[: len(path)] == path and s.line is not None]
-            found = self._node_lines[path] = (min(inside), max(inside)) if inside else None
-        return found
-
-    @cached_property
-    def _node_lines(self) -> dict[Path, tuple[int, int] | None]:
-        return {}
-
-    def candidates(self, kind) -> list[Move]:
-        """`kind.candidates(self)`, remembered (the editor filters them per line)."""
-        known = self._candidates.get(kind.NAME)
-        if known is None:
-            known = self._candidates[kind.NAME] = list(kind.candidates(self))
-        return known
-
-    @cached_property
-    def _candidates(self) -> dict[str, list[Move]]:
-        return {}
-
-    def legal(self, kind, move: Move) -> bool:
-        """Whether `kind` (a move module) allows `move` here; remembered, as
-        the editor asks again for the moves of the scopes around each line."""
-        known = self._legal.get(move)
-        if known is None:
-            known = self._legal[move] = kind.why_not(self, move) is None
-        return known
-
-    @cached_property
-    def _legal(self) -> dict[Move, bool]:
-        return {}
-
-    @cached_property
-    def _touches(self) -> list[tuple[Path, Touch]]:
-        return [(s.path, t) for s in self.sites for t in touches(s.op, s.chain)]
-
-    def touches_in(self, path: Path) -> list[Touch]:
-        """Every access of every operation inside the node at `path`."""
-        found = self._touches_in.get(path)
-        if found is None:
-            n = len(path)
-            found = self._touches_in[path] = [t for p, t in self._touches if p[:n] == path]
-        return found
-
-    @cached_property
-    def _touches_in(self) -> dict[Path, list[Touch]]:
-        return {}
-
-    def placed_touches_in(self, path: Path) -> list[tuple[Path, Touch]]:
-        """`touches_in` with the path of each touch's operation, which tells
-        equal operations in different places apart."""
-        n = len(path)
-        return [(p, t) for p, t in self._touches if p[:n] == path]
-
-    def depends(self, first: list[Touch], second: list[Touch], directions: tuple[str, ...],
-                reorderable_reductions: bool = True, private: frozenset[str] = frozenset()) -> bool:
-        """Could an access in `first` and one in `second` touch the same
-        stored element (at least one writing), with the two instances'
-        iteration variables related by `directions` (one of `= < > *` per
-        depth, first's variable against second's)? Undecided counts as yes.
-        With `reorderable_reductions`, two updates of the same reduction
-        operator do not count: reordering them only reassociates. Buffers
-        named in `private` are compared by logical element, not stored slot:
-        the caller gives each iteration its own copy of them."""
-        buffer_of = self.program.buffer_of
-        for a in first:
-            buffer = buffer_of[a.access.array]
-            for b in second:
-                if not (a.write or b.write) or buffer_of[b.access.array] is not buffer:
-                    continue
-                if reorderable_reductions and _same_reduction(a, b):
-                    continue
-                if conflict(a, b, buffer, directions, storage=buffer.name not in private) is not False:
-                    return True
-        return False
+def check_args(move: Move, params: tuple[Param, ...]) -> None:
+    """IllegalMove unless `move`'s arguments are those `params` declare, in
+    their order, each with a value it takes (a Move built by hand rather than
+    by parse_move)."""
+    keys = [p.key for p in params if any(k == p.key for k, _ in move.args)]
+    by_key = {p.key: p for p in params}
+    for key, value in move.args:
+        if key not in by_key:
+            raise IllegalMove.at(NOWHERE, f"`{move.name}` has no argument `{key}`; its arguments are "
+                                 f"{', '.join(by_key)}", "move")
+        if not by_key[key].accepts(value):
+            raise IllegalMove.at(NOWHERE, _bad_value(by_key[key], str(value)), "move")
+    if [k for k, _ in move.args] != keys:
+        raise IllegalMove.at(NOWHERE, f"`{move}`: the arguments are not in the declared order, "
+                             f"{', '.join(by_key)}, or one is given twice", "move")
+    for param in params:
+        if param.key not in keys and not param.optional:
+            raise IllegalMove.at(NOWHERE, f"`{move}` needs the argument `{param.key}`: {param.describe()}", "move")
 
 
-def _same_reduction(a: Touch, b: Touch) -> bool:
-    """Both are the accumulator of reductions with the same operator."""
-    return (a.op.reduction is not None and a.op.reduction == b.op.reduction
-            and (a.write or a.accumulator) and (b.write or b.accumulator))
+# -- the nodes a move names ----------------------------------------------------
 
 
-# -- tree surgery ------------------------------------------------------------
+def site_of(a: Analysis, move: Move) -> Site:
+    """The operation a move names with `op=...`."""
+    label = str(move.arg("op"))
+    found = a.by_label.get(label)
+    if found is None:
+        known = ", ".join(s.label for s in a.sites)
+        raise IllegalMove.at(NOWHERE, f"`{move}`: no operation `{label}`; the operations are {known}", move.name)
+    return found
 
 
-def node_at(body: tuple[Node, ...], path: Path) -> Node:
-    node: Node = body[path[0]]
-    for i in path[1:]:
-        assert isinstance(node, Scope)
-        node = node.body[i]
-    return node
+def scope_of(a: Analysis, move: Move) -> tuple[Site, TreePath, Scope]:
+    """The scope a move names with `op=..., depth=...`."""
+    site = site_of(a, move)
+    depth = move.arg("depth")
+    if depth >= len(site.chain):
+        raise IllegalMove.at(NOWHERE, f"`{move}`: operation `{site.label}` has "
+                             f"{len(site.chain)} scope(s) around it, so depth is 0 to {len(site.chain) - 1}",
+                             move.name)
+    return site, site.path[: depth + 1], site.chain[depth]
 
 
-def splice(body: tuple[Node, ...], path: Path, nodes: tuple[Node, ...]) -> tuple[Node, ...]:
-    """`body` with the node at `path` replaced by `nodes` (zero or more)."""
-    i = path[0]
-    if len(path) == 1:
-        return body[:i] + nodes + body[i + 1:]
-    scope = body[i]
-    assert isinstance(scope, Scope)
-    return body[:i] + (replace(scope, body=splice(scope.body, path[1:], nodes)),) + body[i + 1:]
-
-
-def with_body(program: Program, body: tuple[Node, ...]) -> Program:
-    return replace(program, body=body)
-
-
-def iter_paths(body: tuple[Node, ...], path: Path = ()) -> Iterator[tuple[Path, Node]]:
-    """Every node with its path, in pre-order."""
-    for i, node in enumerate(body):
-        yield path + (i,), node
-        if isinstance(node, Scope):
-            yield from iter_paths(node.body, path + (i,))
+def move_lines(a: Analysis, move: Move) -> tuple[int, int] | None:
+    """The lines of the node a move acts on (first, last): a scope spans
+    its operations' lines, a buffer its declaration. None for a tree that
+    was not parsed from text, or a location that is not there."""
+    args = dict(move.args)
+    if "buffer" in args:
+        buffer = next((b for b in a.program.buffers if b.name == args["buffer"]), None)
+        return (buffer.span.line, buffer.span.line) if buffer is not None and buffer.span else None
+    site = a.by_label.get(str(args.get("op")))
+    if site is None:
+        return None
+    depth = args.get("depth")
+    if isinstance(depth, int) and depth >= len(site.chain):
+        return None
+    return a.lines_of(site.path if not isinstance(depth, int) else site.path[: depth + 1])

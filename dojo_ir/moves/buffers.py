@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
+from ..analysis import Analysis, Site
+from ..errors import NOWHERE
 from ..tree import Access, Buffer, Dim, Program
-from .base import NOWHERE, Analysis, IllegalMove, Move, Site
+from .base import IllegalMove, Move
 
 
 def named_buffer(a: Analysis, move: Move) -> Buffer:
@@ -38,10 +40,10 @@ def temporaries(program: Program) -> Iterator[Buffer]:
     return (b for b in program.buffers if interface(program, b) is None)
 
 
-def bad_dim(buffer: Buffer, dim: object, count: int | None = None) -> str | None:
+def bad_dim(buffer: Buffer, dim: int, count: int | None = None) -> str | None:
     """Why `dim` does not name one of the first `count` (default: all) dimensions of `buffer`."""
     count = len(buffer.dims) if count is None else count
-    if isinstance(dim, int) and dim < count:
+    if dim < count:
         return None
     if count <= 0:
         return f"`{buffer.name}` has no such dimension"

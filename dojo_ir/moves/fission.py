@@ -28,13 +28,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..affine import affine
+from ..analysis import Analysis
 from ..dependence import Touch
+from ..paths import TreePath, iter_paths, splice, with_body
 from ..tree import Program, Scope
-from .base import Analysis, Move, Path, iter_paths, splice, with_body
+from .base import DEPTH, OP, Move, scope_of
 from .examples import FUSED_SOFTMAX
 
 NAME = "fission"
 TITLE = "Split the scope before this statement"
+ARGS = (OP, DEPTH)
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
@@ -45,9 +48,9 @@ def candidates(a: Analysis) -> Iterator[Move]:
                 yield Move(NAME, (("op", site.label), ("depth", len(path) - 1)), site.line)
 
 
-def _parts(a: Analysis, move: Move) -> tuple[Path, Scope, int]:
+def _parts(a: Analysis, move: Move) -> tuple[TreePath, Scope, int]:
     """The scope's path, the scope, and the index of the child that starts the second part."""
-    site, path, scope = a.scope(move)
+    site, path, scope = scope_of(a, move)
     return path, scope, site.path[len(path)]
 
 
@@ -71,7 +74,7 @@ def why_not(a: Analysis, move: Move) -> str | None:
     return None
 
 
-def _loses_a_kill(a: Analysis, path: Path, second: list[Touch]) -> bool:
+def _loses_a_kill(a: Analysis, path: TreePath, second: list[Touch]) -> bool:
     """The dependent-iteration rule lets a read take a value written in an
     earlier iteration of a scope when the same iteration writes the element
     first, with the same index, in a scope that the read shares and that its

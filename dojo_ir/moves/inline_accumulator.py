@@ -38,15 +38,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from ..affine import NotAffine, affine
+from ..analysis import Analysis, Site
 from ..dependence import touches
+from ..paths import TreePath, node_at, splice, with_body
+from ..refs import ref, substitute_expr
 from ..tree import Access, Node, Op, Program, Ref, Scope
 from .accumulate import IDENTITY, distinct_per_iteration, is_accumulator
-from .base import Analysis, Move, Path, Site, node_at, splice, with_body
+from .base import OP, Move, site_of
 from .examples import FUSED_SOFTMAX
-from .rewrite import ref, substitute_expr
 
 NAME = "inline_accumulator"
 TITLE = "Reduce into the target directly"
+ARGS = (OP,)
 
 
 def _is_load(a: Analysis, op: Op) -> bool:
@@ -71,9 +74,9 @@ class _Pattern:
     store: Op
     outer: int  # scopes around the load nest (and the reduction scope)
     nest: tuple[Scope, ...]
-    nest_path: Path
-    scope_path: Path
-    store_path: Path
+    nest_path: TreePath
+    scope_path: TreePath
+    store_path: TreePath
     updates: tuple[Site, ...]
     operator: str
 
@@ -104,7 +107,7 @@ def _update_target(pattern: _Pattern, update: Op) -> Access | None:
 
 
 def _pattern(a: Analysis, move: Move) -> _Pattern | str:
-    load = a.site(move)
+    load = site_of(a, move)
     if not _is_load(a, load.op):
         return (f"`{load.label}` is not the load `ACC = T[...]` of a temporary alone in a small `stack` "
                 "buffer")

@@ -19,15 +19,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
+from ..analysis import Analysis
+from ..paths import TreePath, iter_paths, node_at, splice, with_body
 from ..tree import Program, Scope
-from .base import Analysis, Move, Path, iter_paths, node_at, splice, with_body
+from .base import DEPTH, OP, Move, scope_of
 from .examples import FUSED_PAIR
 
 NAME = "join_scopes"
 TITLE = "Fuse with the next scope"
+ARGS = (OP, DEPTH)
 
 
-def _next_sibling(a: Analysis, path: Path):
+def _next_sibling(a: Analysis, path: TreePath):
     parent = a.program.body if len(path) == 1 else node_at(a.program.body, path[:-1]).body
     i = path[-1]
     return (path[:-1] + (i + 1,), parent[i + 1]) if i + 1 < len(parent) else (None, None)
@@ -43,7 +46,7 @@ def candidates(a: Analysis) -> Iterator[Move]:
 
 
 def why_not(a: Analysis, move: Move) -> str | None:
-    _, path, scope = a.scope(move)
+    _, path, scope = scope_of(a, move)
     next_path, sibling = _next_sibling(a, path)
     if not isinstance(sibling, Scope):
         return "the scope is not followed by a scope in the same body"
@@ -60,7 +63,7 @@ def why_not(a: Analysis, move: Move) -> str | None:
 
 
 def rewrite(a: Analysis, move: Move) -> Program:
-    _, path, scope = a.scope(move)
+    _, path, scope = scope_of(a, move)
     next_path, sibling = _next_sibling(a, path)
     fused = replace(scope, body=scope.body + sibling.body)
     body = splice(a.program.body, next_path, ())

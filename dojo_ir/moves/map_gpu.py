@@ -25,12 +25,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..analysis import Analysis
+from ..paths import TreePath, iter_paths
 from ..tree import Program, Scope
-from .base import Analysis, Move, Path, iter_paths
+from .base import DEPTH, OP, Move, Param, scope_of
 from .mapping import GPU_KINDS, OWN_MEMORY, RACE, nesting_problem, private_buffers, races, with_kind
 
 NAME = "map_gpu"
 TITLE = "Map the scope onto the GPU"
+ARGS = (OP, DEPTH, Param("kind", "kind", choices=GPU_KINDS))
 
 _HELD_BY = {"stack": "each GPU thread", "shared": "each GPU block"}
 
@@ -43,7 +46,7 @@ def candidates(a: Analysis) -> Iterator[Move]:
                 yield Move(NAME, (("op", label), ("depth", depth), ("kind", kind)), a.first_site(path).line)
 
 
-def _unreachable(a: Analysis, path: Path, locations: tuple[str, ...]) -> str | None:
+def _unreachable(a: Analysis, path: TreePath, locations: tuple[str, ...]) -> str | None:
     """A buffer in per-thread or per-block memory that the scope touches but
     that is not a temporary held by each iteration, or None."""
     private = private_buffers(a, path, locations)
@@ -56,10 +59,8 @@ def _unreachable(a: Analysis, path: Path, locations: tuple[str, ...]) -> str | N
 
 
 def why_not(a: Analysis, move: Move) -> str | None:
-    _, path, scope = a.scope(move)
+    _, path, scope = scope_of(a, move)
     kind = move.arg("kind")
-    if kind not in GPU_KINDS:
-        return f"`kind={kind}` is not a GPU mapping; expected g (grid), b (block) or w (warp)"
     if scope.kind:
         return f"the scope is already mapped (`{scope.token}`); only a sequential scope can be mapped"
     problem = nesting_problem(a, path, kind) or _unreachable(a, path, OWN_MEMORY[kind])
@@ -69,7 +70,7 @@ def why_not(a: Analysis, move: Move) -> str | None:
 
 
 def rewrite(a: Analysis, move: Move) -> Program:
-    _, path, _ = a.scope(move)
+    _, path, _ = scope_of(a, move)
     return with_kind(a, path, str(move.arg("kind")))
 
 

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..analysis import Analysis
+from ..paths import TreePath, node_at, splice, with_body
 from ..tree import Op, Program, Scope
-from .base import Analysis, Path, node_at, splice, with_body
 
 GPU_KINDS = ("g", "b", "w")
 # The locations of the temporaries that code generation gives each iteration
@@ -73,7 +74,7 @@ def _problems(chain: tuple[Scope, ...], op: Op, program: Program) -> list[str]:
     return problems
 
 
-def nesting_problem(a: Analysis, path: Path, kind: str) -> str | None:
+def nesting_problem(a: Analysis, path: TreePath, kind: str) -> str | None:
     """The first nesting rule that giving the scope at `path` the kind `kind`
     ("" for sequential) would break and the program does not break already."""
     depth = len(path) - 1
@@ -89,7 +90,7 @@ def nesting_problem(a: Analysis, path: Path, kind: str) -> str | None:
     return None
 
 
-def private_buffers(a: Analysis, path: Path, locations: tuple[str, ...]) -> frozenset[str]:
+def private_buffers(a: Analysis, path: TreePath, locations: tuple[str, ...]) -> frozenset[str]:
     """The temporary buffers in `locations` whose every access lies inside the
     node at `path`: each iteration of that scope gets its own copy."""
     outside = set()
@@ -101,7 +102,7 @@ def private_buffers(a: Analysis, path: Path, locations: tuple[str, ...]) -> froz
                      if b.location in locations and not (set(b.array_names) & (io | outside)))
 
 
-def races(a: Analysis, path: Path, locations: tuple[str, ...]) -> bool:
+def races(a: Analysis, path: TreePath, locations: tuple[str, ...]) -> bool:
     """Could two different iterations of the scope at `path` touch one element,
     at least one writing, if they ran at once? Updates of one reduction count:
     run at once, they would race on the accumulator. Private buffers (see
@@ -118,7 +119,7 @@ RACE = ("two iterations touch the same element, one writing (a loop-carried depe
         "that this scope carries), so they cannot run at once")
 
 
-def with_kind(a: Analysis, path: Path, kind: str) -> Program:
+def with_kind(a: Analysis, path: TreePath, kind: str) -> Program:
     """The program with the scope at `path` given the kind `kind`."""
     scope = node_at(a.program.body, path)
     return with_body(a.program, splice(a.program.body, path, (replace(scope, kind=kind),)))

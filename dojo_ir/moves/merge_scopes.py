@@ -15,12 +15,15 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from ..affine import Affine, NotAffine, affine
+from ..analysis import Analysis
+from ..paths import iter_paths, splice, with_body
+from ..refs import ref, substitute_expr
 from ..tree import Access, Binary, Call, Expr, Node, Op, Program, Ref, Scope, Unary, walk_expr
-from .base import Analysis, Move, iter_paths, splice, with_body
-from .rewrite import ref, substitute_expr
+from .base import DEPTH, OP, Move, scope_of
 
 NAME = "merge_scopes"
 TITLE = "Merge with the inner scope"
+ARGS = (OP, DEPTH)
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
@@ -93,7 +96,7 @@ def _merge_body(nodes: tuple[Node, ...], depth: int, inner: int) -> tuple[Node, 
 
 
 def _merged(a: Analysis, move: Move) -> tuple[tuple, Scope] | str:
-    _, path, scope = a.scope(move)
+    _, path, scope = scope_of(a, move)
     if len(scope.body) != 1 or not isinstance(scope.body[0], Scope):
         return "the scope does not hold exactly one scope"
     inner = scope.body[0]

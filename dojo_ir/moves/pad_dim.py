@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..analysis import Analysis
 from ..tree import Dim, Program
-from .base import Analysis, Move
+from .base import BUFFER, DIM, Move, Param
 from .buffers import bad_dim, buffer_move, interface, named_buffer, temporaries, with_dim
 
 NAME = "pad_dim"
 TITLE = "Pad the dimension"
+ARGS = (BUFFER, DIM, Param("size", "size", low=1))
 
 MULTIPLES = (8, 16, 32, 64)
 
@@ -45,7 +47,7 @@ def why_not(a: Analysis, move: Move) -> str | None:
     dim = buffer.dims[k]
     if dim.stored is not None:
         return f"dimension {k} of `{buffer.name}` is stored as `{dim}`; padding it would store nothing more"
-    if not isinstance(size, int) or size <= dim.size:
+    if size <= dim.size:
         return f"the size must exceed the extent {dim.size} of dimension {k} of `{buffer.name}`"
     return None
 

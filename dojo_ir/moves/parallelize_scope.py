@@ -19,12 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..analysis import Analysis
+from ..paths import iter_paths
 from ..tree import Program, Scope
-from .base import Analysis, Move, iter_paths
+from .base import DEPTH, OP, Move, scope_of
 from .mapping import OWN_MEMORY, RACE, nesting_problem, races, with_kind
 
 NAME = "parallelize_scope"
 TITLE = "Run the iterations on CPU threads"
+ARGS = (OP, DEPTH)
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
@@ -35,7 +38,7 @@ def candidates(a: Analysis) -> Iterator[Move]:
 
 
 def why_not(a: Analysis, move: Move) -> str | None:
-    _, path, scope = a.scope(move)
+    _, path, scope = scope_of(a, move)
     if scope.kind:
         return f"the scope is already mapped (`{scope.token}`); only a sequential scope can be parallelized"
     problem = nesting_problem(a, path, "p")
@@ -45,7 +48,7 @@ def why_not(a: Analysis, move: Move) -> str | None:
 
 
 def rewrite(a: Analysis, move: Move) -> Program:
-    _, path, _ = a.scope(move)
+    _, path, _ = scope_of(a, move)
     return with_kind(a, path, "p")
 
 

@@ -33,16 +33,18 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from ..affine import Affine, affine
+from ..analysis import Analysis
 from ..printer import expr_text
 from ..solve import Constraint, feasible
 from ..tree import Buffer, Dim, Program
-from .base import Analysis, Move
+from .base import BUFFER, DIM, Move
 from .buffers import bad_dim, buffer_accesses, buffer_move, interface, named_buffer, temporaries, with_dim
 from .examples import FUSED_PAIR
 from .mapping import OWN_MEMORY
 
 NAME = "reuse_dims"
 TITLE = "Store one element of the dimension"
+ARGS = (BUFFER, DIM)
 
 SEQUENTIAL = ("", "u")  # scope kinds whose iterations run one after another
 

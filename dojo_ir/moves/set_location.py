@@ -32,14 +32,17 @@ from collections.abc import Iterator
 from dataclasses import replace
 from math import prod
 
+from ..analysis import Analysis, Site
+from ..paths import TreePath, iter_paths
 from ..tree import DTYPE_BYTES, LOCATIONS, Buffer, Program, Scope
-from .base import Analysis, Move, Path, Site, iter_paths
+from .base import BUFFER, Move, Param
 from .buffers import buffer_accesses, buffer_move, interface, named_buffer, temporaries, with_buffer
 from .examples import FUSED_PAIR
 from .mapping import GPU_KINDS, OWN_MEMORY
 
 NAME = "set_location"
 TITLE = "Move the buffer to another memory"
+ARGS = (BUFFER, Param("location", "location", choices=LOCATIONS))
 
 CAPACITY = {"stack": 64 * 1024, "shared": 48 * 1024}  # bytes
 
@@ -51,13 +54,13 @@ def candidates(a: Analysis) -> Iterator[Move]:
                 yield buffer_move(NAME, buffer, location=location)
 
 
-def _holds_own_copy(path: Path, kind: str, location: str, sites: list[Site]) -> bool:
+def _holds_own_copy(path: TreePath, kind: str, location: str, sites: list[Site]) -> bool:
     """Whether each iteration of the scope at `path` holds its own copy of a
     temporary in `location` that the operations at `sites` access."""
     return location in OWN_MEMORY[kind] and all(s.path[: len(path)] == path for s in sites)
 
 
-def _races(a: Analysis, path: Path, buffer: Buffer, own_copy: bool) -> bool:
+def _races(a: Analysis, path: TreePath, buffer: Buffer, own_copy: bool) -> bool:
     """Could two iterations of the scope at `path` touch one element of
     `buffer` (stored slot, or logical element with `own_copy`), one writing?"""
     arrays = set(buffer.array_names)
@@ -91,8 +94,6 @@ def why_not(a: Analysis, move: Move) -> str | None:
     reason = interface(a.program, buffer)
     if reason:
         return reason
-    if location not in LOCATIONS:
-        return f"`{location}` is not a location; expected heap, stack or shared"
     if location == buffer.location:
         return f"`{buffer.name}` is in `{location}` memory already"
     size = prod(buffer.storage_shape) * DTYPE_BYTES[buffer.dtype]

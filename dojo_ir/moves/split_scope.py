@@ -13,12 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from math import isqrt
 
+from ..analysis import Analysis
+from ..paths import iter_paths, splice, with_body
+from ..refs import ref, substitute
 from ..tree import Program, Scope
-from .base import Analysis, Move, iter_paths, splice, with_body
-from .rewrite import ref, substitute
+from .base import DEPTH, OP, Move, Param, scope_of
 
 NAME = "split_scope"
 TITLE = "Tile the scope"
+ARGS = (OP, DEPTH, Param("factor", "factor", low=2))
 
 
 def divisors(n: int) -> list[int]:
@@ -37,17 +40,17 @@ def candidates(a: Analysis) -> Iterator[Move]:
 
 
 def why_not(a: Analysis, move: Move) -> str | None:
-    _, _, scope = a.scope(move)
+    _, _, scope = scope_of(a, move)
     factor = move.arg("factor")
     if scope.kind:
         return f"the scope is mapped (`{scope.token}`); only a sequential scope can be split"
-    if not isinstance(factor, int) or not 1 < factor < scope.size or scope.size % factor:
+    if not 1 < factor < scope.size or scope.size % factor:
         return f"the factor must divide {scope.size} and lie strictly between 1 and {scope.size}"
     return None
 
 
 def rewrite(a: Analysis, move: Move) -> Program:
-    _, path, scope = a.scope(move)
+    _, path, scope = scope_of(a, move)
     depth, factor = len(path) - 1, move.arg("factor")
 
     def sub(d: int):

@@ -15,13 +15,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
+from ..analysis import Analysis
+from ..paths import map_ops, with_body
 from ..tree import Access, Binary, Call, Expr, Op, Program, Unary
-from .base import Analysis, Move, with_body
+from .base import BUFFER, DIM, Move
 from .buffers import bad_dim, buffer_move, interface, named_buffer, temporaries, with_buffer
-from .rewrite import map_ops
 
 NAME = "swap_dims"
 TITLE = "Exchange with the next dimension"
+ARGS = (BUFFER, DIM)
 
 
 def candidates(a: Analysis) -> Iterator[Move]:

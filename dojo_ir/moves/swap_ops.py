@@ -18,22 +18,26 @@ first back.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
+from ..analysis import Analysis
+from ..paths import TreePath, iter_paths, node_at, splice, with_body
 from ..tree import Node, Program
-from .base import Analysis, Move, Path, iter_paths, node_at, splice, with_body
+from .base import DEPTH, OP, Move, scope_of, site_of
 from .examples import FUSED_SOFTMAX
 
 NAME = "swap_ops"
 TITLE = "Swap with the next statement"
+ARGS = (OP, replace(DEPTH, optional=True))
 
 
-def _path(a: Analysis, move: Move) -> Path:
+def _path(a: Analysis, move: Move) -> TreePath:
     if any(key == "depth" for key, _ in move.args):
-        return a.scope(move)[1]
-    return a.site(move).path
+        return scope_of(a, move)[1]
+    return site_of(a, move).path
 
 
-def _siblings(a: Analysis, path: Path) -> tuple[Node, ...]:
+def _siblings(a: Analysis, path: TreePath) -> tuple[Node, ...]:
     return a.program.body if len(path) == 1 else node_at(a.program.body, path[:-1]).body
 
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..analysis import Analysis
+from ..paths import iter_paths, splice, with_body
+from ..refs import ref, substitute
 from ..tree import Program, Scope
-from .base import Analysis, Move, iter_paths, splice, with_body
-from .rewrite import ref, substitute
+from .base import DEPTH, OP, Move, scope_of
 
 NAME = "swap_scopes"
 TITLE = "Interchange with the inner scope"
+ARGS = (OP, DEPTH)
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
@@ -29,7 +32,7 @@ def candidates(a: Analysis) -> Iterator[Move]:
 
 
 def why_not(a: Analysis, move: Move) -> str | None:
-    _, path, scope = a.scope(move)
+    _, path, scope = scope_of(a, move)
     if len(scope.body) != 1 or not isinstance(scope.body[0], Scope):
         return "the scope does not hold exactly one scope"
     if scope.kind or scope.body[0].kind:
@@ -41,7 +44,7 @@ def why_not(a: Analysis, move: Move) -> str | None:
 
 
 def rewrite(a: Analysis, move: Move) -> Program:
-    _, path, outer = a.scope(move)
+    _, path, outer = scope_of(a, move)
     inner = outer.body[0]
     depth = len(path) - 1
     swap = {depth: depth + 1, depth + 1: depth}

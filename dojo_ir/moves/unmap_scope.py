@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..analysis import Analysis
+from ..paths import iter_paths
 from ..tree import Program, Scope
-from .base import Analysis, Move, iter_paths
+from .base import DEPTH, OP, Move, scope_of
 from .mapping import nesting_problem, with_kind
 
 NAME = "unmap_scope"
 TITLE = "Make the scope sequential"
+ARGS = (OP, DEPTH)
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
@@ -31,14 +34,14 @@ def candidates(a: Analysis) -> Iterator[Move]:
 
 
 def why_not(a: Analysis, move: Move) -> str | None:
-    _, path, scope = a.scope(move)
+    _, path, scope = scope_of(a, move)
     if not scope.kind:
         return "the scope is already sequential"
     return nesting_problem(a, path, "")
 
 
 def rewrite(a: Analysis, move: Move) -> Program:
-    _, path, _ = a.scope(move)
+    _, path, _ = scope_of(a, move)
     return with_kind(a, path, "")
 
 

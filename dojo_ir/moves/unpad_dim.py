@@ -18,12 +18,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..affine import affine
+from ..analysis import Analysis
 from ..tree import Buffer, Dim, Program
-from .base import Analysis, Move
+from .base import BUFFER, DIM, Move, Param
 from .buffers import bad_dim, buffer_accesses, buffer_move, interface, named_buffer, temporaries, with_dim
 
 NAME = "unpad_dim"
 TITLE = "Shrink the dimension to its use"
+ARGS = (BUFFER, DIM, Param("size", "size", low=1))
 
 
 def _used(a: Analysis, buffer: Buffer, k: int) -> int:
@@ -50,7 +52,7 @@ def why_not(a: Analysis, move: Move) -> str | None:
     if dim.stored is not None:
         return f"dimension {k} of `{buffer.name}` is stored as `{dim}`; its extent is not storage"
     used = _used(a, buffer, k)
-    if not isinstance(size, int) or not used <= size < dim.size:
+    if not used <= size < dim.size:
         if used == dim.size:
             return f"the accesses reach index {used - 1}, the last of dimension {k} of `{buffer.name}`"
         return f"the size must be {used} (the accesses reach index {used - 1}) to {dim.size - 1}"

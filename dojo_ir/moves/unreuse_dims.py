@@ -28,14 +28,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..analysis import Analysis
 from ..tree import Dim, Program
-from .base import Analysis, Move
+from .base import BUFFER, DIM, Move
 from .buffers import bad_dim, buffer_move, interface, named_buffer, temporaries, with_dim
 from .examples import FUSED_PAIR
 from .reuse_dims import one_iteration
 
 NAME = "unreuse_dims"
 TITLE = "Store the dimension whole"
+ARGS = (BUFFER, DIM)
 
 
 def candidates(a: Analysis) -> Iterator[Move]:

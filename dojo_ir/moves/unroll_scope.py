@@ -18,12 +18,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from math import prod
 
+from ..analysis import Analysis
+from ..paths import iter_paths, node_at
 from ..tree import Program, Scope
-from .base import Analysis, Move, iter_paths, node_at
+from .base import DEPTH, OP, Move, scope_of
 from .mapping import nesting_problem, with_kind
 
 NAME = "unroll_scope"
 TITLE = "Unroll the scope"
+ARGS = (OP, DEPTH)
 
 MAX_SIZE = 32
 MAX_COPIES = 64
@@ -37,7 +40,7 @@ def candidates(a: Analysis) -> Iterator[Move]:
 
 
 def why_not(a: Analysis, move: Move) -> str | None:
-    _, path, scope = a.scope(move)
+    _, path, scope = scope_of(a, move)
     if scope.kind:
         return f"the scope is already mapped (`{scope.token}`); only a sequential scope can be unrolled"
     if scope.size > MAX_SIZE:
@@ -58,7 +61,7 @@ def _unrolled_inside(scope: Scope) -> int:
 
 
 def rewrite(a: Analysis, move: Move) -> Program:
-    _, path, _ = a.scope(move)
+    _, path, _ = scope_of(a, move)
     return with_kind(a, path, "u")
 
 

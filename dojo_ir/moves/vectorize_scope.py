@@ -34,13 +34,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..affine import affine
+from ..analysis import Analysis
+from ..paths import iter_paths
 from ..printer import access_text
-from ..tree import DTYPE_BYTES, Access, Binary, Call, Expr, Op, Program, Ref, Scope, Unary
-from .base import Analysis, Move, iter_paths
+from ..refs import used_as_value
+from ..tree import DTYPE_BYTES, Access, Op, Program, Scope
+from .base import DEPTH, OP, Move, scope_of
 from .mapping import nesting_problem, with_kind
 
 NAME = "vectorize_scope"
 TITLE = "Vectorize the scope"
+ARGS = (OP, DEPTH)
 
 MAX_LANES = 512
 VECTOR_BYTES = 2048  # a vector's most bytes: the 32 registers of AVX-512
@@ -51,19 +55,6 @@ def candidates(a: Analysis) -> Iterator[Move]:
         if isinstance(node, Scope) and not node.kind and 2 <= node.size <= MAX_LANES:
             label, depth = a.locate(path)
             yield Move(NAME, (("op", label), ("depth", depth)), a.first_site(path).line)
-
-
-def lane_as_value(expr: Expr, lane: int) -> bool:
-    """Does `{lane}` occur in `expr` outside the indices of its accesses?"""
-    if isinstance(expr, Ref):
-        return expr.depth == lane
-    if isinstance(expr, Unary):
-        return lane_as_value(expr.operand, lane)
-    if isinstance(expr, Binary):
-        return lane_as_value(expr.left, lane) or lane_as_value(expr.right, lane)
-    if isinstance(expr, Call):
-        return any(lane_as_value(arg, lane) for arg in expr.args)
-    return False
 
 
 def _unvectorizable(a: Analysis, access: Access, lane: int) -> str | None:
@@ -93,13 +84,13 @@ def _vector_problem(a: Analysis, op: Op, lane: int, size: int) -> str | None:
             return problem
     if not any(affine(i).coef(lane) for i in op.target.index) and not op.reduction:
         return f"every lane would write the same element `{access_text(op.target)}`"
-    if lane_as_value(op.value, lane):
+    if used_as_value(op.value, lane):
         return f"`{{{lane}}}` is used as a value, and there is no vector of lane indices"
     return None
 
 
 def why_not(a: Analysis, move: Move) -> str | None:
-    _, path, scope = a.scope(move)
+    _, path, scope = scope_of(a, move)
     if scope.kind:
         return f"the scope is already mapped (`{scope.token}`); only a sequential scope can be vectorized"
     if not 2 <= scope.size <= MAX_LANES:
@@ -118,7 +109,7 @@ def why_not(a: Analysis, move: Move) -> str | None:
 
 
 def rewrite(a: Analysis, move: Move) -> Program:
-    _, path, _ = a.scope(move)
+    _, path, _ = scope_of(a, move)
     return with_kind(a, path, "v")
 
 

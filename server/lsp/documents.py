@@ -18,11 +18,12 @@ from urllib.parse import unquote, urlparse
 from lsprotocol import types as lsp
 
 from dojo_ir import DojoError, Program, diagnose, load
+from dojo_ir.analysis import Analysis
 from dojo_ir.derivation import spec_path
 from dojo_ir.errors import Diagnostic
-from dojo_ir.moves import Analysis, Move, find
-from dojo_ir.moves.base import Path as TreePath
+from dojo_ir.moves import Move, find, move_lines
 from dojo_ir.parser import classify
+from dojo_ir.paths import TreePath
 from dojo_ir.tree import Span
 
 from .edits import lines_of, units
@@ -89,11 +90,11 @@ class Snapshot:
         known = self._moves_at.get((first_line, last_line))
         if known is None:
             def covers(move: Move) -> bool:
-                lines = analysis.lines(move)
+                lines = move_lines(analysis, move)
                 return lines is not None and lines[0] <= last_line and first_line <= lines[1]
 
             def size(move: Move) -> int:
-                first, last = analysis.lines(move)
+                first, last = move_lines(analysis, move)
                 return last - first
 
             known = self._moves_at[(first_line, last_line)] = sorted(find(analysis.program, analysis, covers),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dojo_ir import Program, to_text
-from dojo_ir.derivation import without_comments
+from dojo_ir.paths import without_comments
 from runner.measure import measure
 from runner.result import RunResult
 from runner.roofline import MachineError, bound_s, machine_limits, work

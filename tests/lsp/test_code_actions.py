@@ -11,9 +11,10 @@ from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
 
 from dojo_ir import load
-from dojo_ir.derivation import same_program
+from dojo_ir.analysis import Analysis
 from dojo_ir.library import KERNELS
-from dojo_ir.moves import KINDS, Analysis, find, parse_move
+from dojo_ir.moves import KINDS, find, move_lines, parse_move
+from dojo_ir.paths import same_program
 from tests.lsp.fixtures import derived_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +33,7 @@ async def test_actions_are_the_legal_moves_whose_node_covers_the_line(editor, tm
     for line in range(len(editor.texts[uri].splitlines())):
         listed = [move_of(a) for a in await editor.actions(uri, line)]
         expected = {str(m) for m in find(program, analysis)
-                    if (lines := analysis.lines(m)) is not None and lines[0] <= line + 1 <= lines[1]}
+                    if (lines := move_lines(analysis, m)) is not None and lines[0] <= line + 1 <= lines[1]}
         assert sorted(listed) == sorted(expected), f"line {line + 1}"
     actions = await editor.actions(uri, 5)
     assert all(a.kind == lsp.CodeActionKind.QuickFix for a in actions)
@@ -104,7 +105,7 @@ async def test_matmul_from_its_spec_to_a_fast_program_by_quick_fixes_only(editor
     uri = editor.open(derived_file(tmp_path, "matmul", (ROOT / "dojo_ir/library/matmul.dojo").read_text()))
     for move in example.derivation.moves:
         program = load(editor.texts[uri])
-        line, _ = Analysis(program).lines(parse_move(move))
+        line, _ = move_lines(Analysis(program), parse_move(move))
         action = next((a for a in await editor.actions(uri, line - 1) if move_of(a) == move), None)
         assert action is not None, f"`{move}` is not offered at line {line}"
         assert await editor.play(uri, action)

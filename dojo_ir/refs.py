@@ -1,4 +1,5 @@
-"""Rewriting the scope references of operations when scopes move.
+"""The scope references `{d}` of operations: rewriting them when scopes move,
+and asking where one is used as a number.
 
 When scopes are split, merged or swapped, `{d}` in the operations below them
 must be renumbered or replaced. Indices are rewritten through their affine
@@ -12,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..affine import Affine, affine
-from ..tree import Access, Binary, Call, Expr, Node, Op, Ref, Unary
+from .affine import Affine, affine
+from .tree import Access, Binary, Call, Expr, Node, Op, Ref, Unary
 
 Substitution = Callable[[int], Affine]  # old depth -> its value in the new scopes
 
@@ -61,10 +62,18 @@ def substitute(nodes: tuple[Node, ...], sub: Substitution) -> tuple[Node, ...]:
     )
 
 
-def map_ops(nodes: tuple[Node, ...], f: Callable[[Op], Op]) -> tuple[Node, ...]:
-    return tuple(f(n) if isinstance(n, Op) else replace(n, body=map_ops(n.body, f)) for n in nodes)
-
-
 def ref(depth: int) -> Affine:
     return Affine(0, ((depth, 1),))
 
+
+def used_as_value(expr: Expr, depth: int) -> bool:
+    """Does `{depth}` occur in `expr` outside the indices of its accesses?"""
+    if isinstance(expr, Ref):
+        return expr.depth == depth
+    if isinstance(expr, Unary):
+        return used_as_value(expr.operand, depth)
+    if isinstance(expr, Binary):
+        return used_as_value(expr.left, depth) or used_as_value(expr.right, depth)
+    if isinstance(expr, Call):
+        return any(used_as_value(arg, depth) for arg in expr.args)
+    return False
