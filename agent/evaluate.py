@@ -52,12 +52,9 @@ def replay_moves(start: Program, moves: Sequence[str]) -> tuple[Program, list[st
     program, applied = without_comments(start), []
     for move in moves:
         analysis = Analysis(program)
-        try:
-            if why_not(program, move, analysis) is not None:
-                continue
-            program = apply(program, move, analysis)
-        except Exception:  # noqa: BLE001 - a malformed or stale move is skipped, as documented
+        if why_not(program, move, analysis) is not None:  # malformed, or stale: skipped, as documented
             continue
+        program = apply(program, move, analysis)
         applied.append(move)
     return program, applied
 

@@ -60,10 +60,9 @@ class _State:
         return self._analysis
 
     def legal(self, move: str) -> bool:
-        try:
-            return why_not(self.program, move, self.analysis) is None
-        except Exception:  # noqa: BLE001 - a move naming something that is not there is not legal
-            return False
+        """Whether `move` applies here; a malformed move, or one naming something that is not
+        there, does not."""
+        return why_not(self.program, move, self.analysis) is None
 
     def play(self, move: str | Move) -> bool:
         """Apply `move` if it is legal here; say whether it was."""

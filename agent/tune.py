@@ -31,7 +31,7 @@ from dojo_ir.derivation import record
 from dojo_ir.paths import without_comments
 from runner.measure import Runner, measure
 
-from .evaluate import INF, Evaluation, Evaluator, text_hash
+from .evaluate import INF, BudgetExhausted, Evaluation, Evaluator, text_hash
 from .passes import PASSES
 from .search import METHODS, make_graph
 
@@ -162,7 +162,7 @@ def tune(spec: Program, method: str, budget: int, *, spec_path: str, graph: str 
         if not evaluator.stopped() or evaluator.known(program) is not None:
             try:
                 evaluator.evaluate(applied, program)
-            except Exception:  # noqa: BLE001 - BudgetExhausted: the user stopped before it ran
+            except BudgetExhausted:  # the user stopped before it ran
                 pass
         candidates = [tuple(applied)]
     else:

@@ -148,3 +148,29 @@ def test_generating_code_and_running_do_not_load_the_moves(module: str) -> None:
 def test_docs_moves_md_is_generated_from_the_move_modules() -> None:
     written = (ROOT / "docs" / "moves.md").read_text(encoding="utf-8")
     assert written == catalogue(), "docs/moves.md is stale: run `python -m dojo_ir.moves > docs/moves.md`"
+
+
+def _broken_why_not(a, move):
+    raise ZeroDivisionError("a bug in a move")
+
+
+def test_a_bug_in_a_move_surfaces_in_the_passes_and_the_replay(monkeypatch) -> None:
+    # Before: `except Exception` took the bug for an illegal move and skipped it silently.
+    from agent.evaluate import replay_moves
+    from agent.passes import _State
+
+    monkeypatch.setattr(KINDS["split_scope"], "why_not", _broken_why_not)
+    with pytest.raises(ZeroDivisionError):
+        _State(SPLIT).legal("split_scope(op=y, depth=0, factor=4)")
+    with pytest.raises(ZeroDivisionError):
+        replay_moves(SPLIT, ["split_scope(op=y, depth=0, factor=4)"])
+
+
+def test_the_passes_and_the_replay_skip_a_malformed_or_stale_move() -> None:
+    from agent.evaluate import replay_moves
+    from agent.passes import _State
+
+    for move in ("split_scope(op=y, depth=0, factor=4, bogus=1)", "split_scope(op=q, depth=0, factor=4)",
+                 "split_scope(op=y, depth=0, factor=" + "9" * 5000 + ")", "fuse()"):
+        assert not _State(SPLIT).legal(move)
+        assert replay_moves(SPLIT, [move]) == (SPLIT, [])

@@ -1,5 +1,5 @@
 """`python -m dojo_ir.moves`: the catalogue of moves (docs/moves.md), written
-from each move module's own docstring and first example."""
+from each move module's own docstring, declared arguments and first example."""
 
 from __future__ import annotations
 
@@ -21,13 +21,19 @@ def catalogue() -> str:
         "`buffer=t` a buffer. Updates of one reduction operator may be reordered by a move (that",
         "reassociates floating-point sums); every other dependence is kept exactly.",
         "",
+        "Each move declares its arguments, listed below in their canonical order: a move may be written",
+        "with them in any order, and is read (and listed) in this one. An unknown, repeated, missing or",
+        "empty argument, or a value of the wrong kind or out of range, is an error at its column.",
+        "",
     ]
     for name, kind in KINDS.items():
         doc = inspect.cleandoc(kind.__doc__ or "")
         summary, _, rest = doc.partition("\n")
         before, move, after = kind.EXAMPLES[0]
+        arguments = [f"- `{p.key}`{' (optional)' * p.optional}: {p.describe()}" for p in kind.ARGS]
         lines += [f"## `{name}` — {kind.TITLE}", "", summary.split(": ", 1)[-1], "", rest.strip("\n"), "",
-                  f"Example: `{move}`", "", "```", before.split("\n\n")[-1].rstrip(), "```", "", "becomes", "",
+                  "Arguments:", "", *arguments, "", f"Example: `{move}`", "",
+                  "```", before.split("\n\n")[-1].rstrip(), "```", "", "becomes", "",
                   "```", after.split("\n\n")[-1].rstrip(), "```", ""]
     return "\n".join(lines)
 

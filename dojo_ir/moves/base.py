@@ -90,7 +90,7 @@ class Param:
 
 
 _KIND_WORDS = {
-    "op": "an operation label (`e`, or `e#2` for the second operation writing `e`)",
+    "op": "an operation label (`e`, or `e#2`)",
     "buffer": "a buffer name",
     "depth": "a scope depth",
     "dim": "a dimension",
