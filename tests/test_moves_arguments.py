@@ -174,3 +174,11 @@ def test_the_passes_and_the_replay_skip_a_malformed_or_stale_move() -> None:
                  "split_scope(op=y, depth=0, factor=" + "9" * 5000 + ")", "fuse()"):
         assert not _State(SPLIT).legal(move)
         assert replay_moves(SPLIT, [move]) == (SPLIT, [])
+
+
+def test_a_hand_built_move_with_a_huge_integer_is_refused_not_a_crash() -> None:
+    from dojo_ir.moves import Move
+
+    huge = 10**5000  # printing it raises ValueError
+    for value in (huge, 0, "4", "y"):
+        assert why_not(SPLIT, Move("split_scope", (("op", "y"), ("depth", 0), ("factor", value)))) is not None

@@ -86,7 +86,10 @@ class Param:
         return text if (_LABEL if self.kind == "op" else _NAME).fullmatch(text) else None
 
     def accepts(self, value: str | int) -> bool:
-        return self.read(str(value)) == value
+        """Whether this argument takes `value`, as a Move built by hand holds it."""
+        if isinstance(value, int):  # compared, not printed: printing a huge one raises
+            return self.low is not None and self.low <= value <= LARGEST
+        return self.low is None and self.read(value) == value
 
 
 _KIND_WORDS = {
@@ -186,7 +189,8 @@ def check_args(move: Move, params: tuple[Param, ...]) -> None:
             raise IllegalMove.at(NOWHERE, f"`{move.name}` has no argument `{key}`; its arguments are "
                                  f"{', '.join(by_key)}", "move")
         if not by_key[key].accepts(value):
-            raise IllegalMove.at(NOWHERE, _bad_value(by_key[key], str(value)), "move")
+            raise IllegalMove.at(NOWHERE, f"`{move.name}`: `{key}` must be {by_key[key].describe()}, "
+                                 f"at most {LARGEST}", "move")
     if [k for k, _ in move.args] != keys:
         raise IllegalMove.at(NOWHERE, f"`{move}`: the arguments are not in the declared order, "
                              f"{', '.join(by_key)}, or one is given twice", "move")
