@@ -33,6 +33,12 @@ const CLIENT_NAME = "PerfDojo Language Server";
 // filled in (see the executeCommand middleware).
 const COMMAND_PREFIX = "dojo.";
 
+/** The names the server offers for pickers (`dojo.vocabulary`, see docs/editor.md). */
+interface Vocabulary {
+  targets: string[];
+  tuneMethods: string[];
+}
+
 let client: LanguageClient | undefined;
 let outputChannel: vscode.OutputChannel | undefined;
 let traceChannel: vscode.OutputChannel | undefined;
@@ -196,8 +202,16 @@ async function startClient(outside: string): Promise<void> {
         if ((args === undefined || args.length === 0) && command.startsWith(COMMAND_PREFIX)) {
           const uri = activeDojoUri();
           if (uri !== undefined) {
-            return next(command, [uri]);
+            args = [uri];
           }
+        }
+        if (command === "dojo.tune" && args?.length === 1) {
+          // From the palette: the method from a picker of the server's methods.
+          const method = await pickTuneMethod();
+          if (method === undefined) {
+            return undefined;
+          }
+          args = [args[0], { method }];
         }
         return next(command, args ?? []);
       },
@@ -222,6 +236,20 @@ async function startClient(outside: string): Promise<void> {
     // (a corrected setting) must not wait for it.
     void showStartError(server, error);
   }
+}
+
+async function pickTuneMethod(): Promise<string | undefined> {
+  if (!client) {
+    return undefined;
+  }
+  const vocabulary: Vocabulary = await client.sendRequest("workspace/executeCommand", {
+    command: "dojo.vocabulary",
+    arguments: [],
+  });
+  return vscode.window.showQuickPick(vocabulary.tuneMethods, {
+    title: "PerfDojo: Tune",
+    placeHolder: "the search method (the first is usually best)",
+  });
 }
 
 async function stopClient(): Promise<void> {
