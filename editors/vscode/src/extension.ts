@@ -128,14 +128,21 @@ function usersValue<T>(config: vscode.WorkspaceConfiguration, key: string): T | 
 }
 
 /**
- * The initializationOptions: the settings the server takes from the user only (nested keys; see
- * server/lsp/settings.py). The others it asks for with workspace/configuration.
+ * The initializationOptions (nested keys; see server/lsp/settings.py): the settings the server takes
+ * from the user only, from the user's settings, and those of what it does on its own from the start
+ * (measuring, rating the moves). The commands' defaults it asks for with workspace/configuration.
  */
 function serverSettings(): Record<string, unknown> {
   const config = vscode.workspace.getConfiguration("dojo");
   return {
+    target: config.get<string>("target"),
     runner: { url: usersValue<string>(config, "runner.url"), tokenFile: usersValue<string>(config, "runner.tokenFile") },
-    agent: { checkpoint: usersValue<string>(config, "agent.checkpoint") },
+    repetitions: config.get<number>("repetitions"),
+    measure: { automatic: config.get<boolean>("measure.automatic") },
+    agent: {
+      checkpoint: usersValue<string>(config, "agent.checkpoint"),
+      rankQuickFixes: config.get<boolean>("agent.rankQuickFixes"),
+    },
   };
 }
 
