@@ -7,9 +7,10 @@ and its default kept, so one typo never disables the server.
 The user's settings (`USER_KEYS`: where programs and the token go, which
 token file is read, which checkpoint is unpickled) come only from
 `initializationOptions`, which the editor's plugin fills from the user's own
-configuration. A `workspace/configuration` answer can hold a cloned
-repository's settings (`.vscode/settings.json`, a project-local config), so
-what it says about them is ignored, whatever the client.
+configuration. A `workspace/configuration` answer (or a pushed
+`didChangeConfiguration`) can hold a cloned repository's settings
+(`.vscode/settings.json`, a project-local config), so what it says about them
+is ignored, whatever the client.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ SECTION = "dojo"
 @dataclass(frozen=True)
 class Settings:
     target: str = "native"  # what hover, generated code and measurements are for
-    runner_url: str = ""  # a `dojo-runner` service; empty: measure on this machine
-    runner_token_file: str = ""
+    runner_url: str = ""  # a `dojo-runner` service; empty: measure on this machine (the user's: USER_KEYS)
+    runner_token_file: str = ""  # the user's
     repetitions: int = 10  # timed repetitions of `dojo.benchmark` (the runner adds more to fill a second)
     measure_automatically: bool = True  # measure in the background for the inlay hint
     tune_budget: int = 100  # evaluations of `dojo.tune` when the command does not say
-    agent_checkpoint: str = ""  # what `dojo agent train` wrote, for `dojo.agent.continue`
+    agent_checkpoint: str = ""  # what `dojo agent train` wrote, for `dojo.agent.continue` (the user's)
     agent_steps: int = 10  # moves of `dojo.agent.continue` when the command does not say
     rank_quick_fixes: bool = True  # order the quick-fixes by the agent's predicted speed-up
 
