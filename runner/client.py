@@ -7,11 +7,16 @@ It sends IR only (the canonical text of the program); the service generates and 
 itself. Every failure that is not the kernel's own (refused token, oversized or invalid request,
 unreachable service) raises `RunnerError`; a kernel that crashed or timed out comes back as a
 `RunResult` with its `error` set, as it does from the local runner.
+
+A token is a secret: it is read only from a file that looks like a token's (private to its owner, a
+few printable characters), and never sent in clear, over plain HTTP, to a host other than this one.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import stat
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -35,12 +40,52 @@ class RunnerError(Exception):
         super().__init__("\n".join(lines))
 
 
+TOKEN_LIMIT = 4096  # bytes: a token file larger than this holds something else
+
+
 def read_token(path: str | Path) -> str:
-    """The bearer token in `path`, without the surrounding whitespace an editor leaves."""
-    token = Path(path).expanduser().read_text(encoding="utf-8").strip()
+    """The bearer token in `path`, without the surrounding whitespace an editor leaves. ValueError
+    unless the file looks like a token's: a regular file, no larger than `TOKEN_LIMIT`, that neither
+    its group nor others may access (`chmod 600`), holding printable ASCII without spaces."""
+    path = Path(path).expanduser()
+    status = path.stat()
+    if not stat.S_ISREG(status.st_mode):
+        raise ValueError(f"{path}: the token file is not a regular file")
+    if status.st_size > TOKEN_LIMIT:
+        raise ValueError(f"{path}: the token file holds {status.st_size} bytes, more than a token "
+                         f"({TOKEN_LIMIT} at most)")
+    if os.name == "posix" and status.st_mode & 0o077:
+        raise ValueError(f"{path}: the token file may be read by others (mode {stat.filemode(status.st_mode)}); "
+                         f"make it private with `chmod 600 {path}`")
+    with path.open("rb") as file:
+        token = file.read(TOKEN_LIMIT + 1).decode("utf-8").strip()
     if not token:
         raise ValueError(f"{path}: the token file is empty")
+    if len(token) > TOKEN_LIMIT or not all("!" <= c <= "~" for c in token):
+        raise ValueError(f"{path}: the token file does not hold a token (one word of printable ASCII)")
     return token
+
+
+def check_url(url: str) -> None:
+    """RunnerError unless a token may be sent to `url`: HTTPS, or plain HTTP to this machine only."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as error:
+        raise RunnerError(f"{url}: not a runner URL: {error}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise RunnerError(f"{url}: not a runner URL: expected http(s)://HOST[:PORT]")
+    if parsed.scheme == "http" and not _is_loopback(parsed.host):
+        raise RunnerError(f"{url}: the token would cross the network in clear; use https:// "
+                          "(or plain http:// to localhost, e.g. through an SSH tunnel)")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def token_for(url: str, token_file: str | None) -> str:
@@ -59,6 +104,7 @@ class RemoteRunner:
     bounds the queueing as well as the run."""
 
     def __init__(self, url: str, token: str, timeout_s: float = 600):
+        check_url(url)
         self.url = url.rstrip("/")
         self._client = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s)
 
@@ -128,4 +174,5 @@ def connect(url: str | None, token_file: str | None = None) -> AbstractContextMa
         from runner.local import LocalRunner  # the build machinery, only where it runs
 
         return nullcontext(LocalRunner())
+    check_url(url)  # before the token is read
     return RemoteRunner(url, token_for(url, token_file))

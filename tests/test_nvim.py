@@ -5,9 +5,10 @@ One session opens the library's softmax, waits for the server to attach and
 publish diagnostics, opens the generated code, asks for the code actions at a
 body line, resolves and applies the first one, applies another through the
 <leader>da mapping, breaks a line, and writes what it saw to a JSON file; the
-tests check that file against the IR. Two more sessions check setup() without
-a server and the default command (the workspace's .venv/bin/dojo-lsp). `DOJO_TEST_NVIM` picks another Neovim binary (the
-plugin supports 0.7 and 0.11+).
+tests check that file against the IR. More sessions check setup() without a
+server, that the workspace's .venv/bin/dojo-lsp runs only when opted in, and
+(on 0.11+) `vim.lsp.enable("dojo")` with the shipped lsp/dojo.lua alone.
+`DOJO_TEST_NVIM` picks another Neovim binary (the plugin supports 0.7 and 0.11+).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import pytest
 
 import dojo_ir
 import dojo_ir.moves
+from agent.passes import PASSES
+from agent.search import METHODS
+from codegen.targets import TARGETS
 from dojo_ir import library
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +38,12 @@ BODY_LINE = 11  # 1-based: `24576 512 m[{0}] max= x[{0},{1}]` in the library's s
 pytestmark = pytest.mark.skipif(
     NVIM is None, reason="nvim is not on the PATH (the Debian package `neovim` provides it; `make install`)"
 )
+
+
+def _has_011() -> bool:
+    version = subprocess.run([NVIM, "--version"], capture_output=True, text=True, timeout=30).stdout
+    major, minor = version.split()[1].lstrip("v").split(".")[:2]
+    return (int(major), int(minor)) >= (0, 11)
 
 # The user's init: the plugin on the runtimepath and its setup(). Paths come
 # in through the environment so that no quoting is needed.
@@ -52,6 +62,7 @@ if vim.env.DOJO_TEST_CMD ~= "default" then
 end
 require("dojo").setup({
   cmd = cmd,
+  workspace_venv = vim.env.DOJO_TEST_VENV == "1",
   -- unranked quick-fixes: the first one is the innermost node's, whenever the agent is ready
   settings = { dojo = { measure = { automatic = false }, agent = { rankQuickFixes = false } } },
 })
@@ -124,6 +135,19 @@ SESSION_LUA = driver(
   end
   wait(20000, "textDocument/publishDiagnostics", function() return diagnostics ~= nil end)
   result.diagnostics = diagnostics
+  -- The pickers offer the server's names: the commands' completion, and :DojoTune's vim.ui.select.
+  result.completions = {
+    targets = vim.fn.getcompletion("DojoGeneratedCode ", "cmdline"),
+    methods = vim.fn.getcompletion("DojoTune ", "cmdline"),
+    methods_h = vim.fn.getcompletion("DojoTune h", "cmdline"),
+  }
+  local select = vim.ui.select
+  vim.ui.select = function(items, _, on_choice)
+    result.tune_picker = items
+    on_choice(nil)
+  end
+  dojo.tune(bufnr)
+  vim.ui.select = select
   result.keymap = vim.fn.maparg("<leader>da", "n")
   result.commands = {
     benchmark = vim.fn.exists(":DojoBenchmark"),
@@ -208,6 +232,17 @@ SESSION_LUA = driver(
 
 ATTACH_LUA = driver(
     r"""
+  if vim.env.DOJO_TEST_TRUST and vim.secure and vim.secure.trust then
+    -- what `:trust` does in the file's buffer (allowing needs the buffer; denying takes a path)
+    local action, path = vim.env.DOJO_TEST_TRUST:match("^(%a+):(.*)$")
+    if action == "allow" then
+      vim.cmd("edit " .. vim.fn.fnameescape(path))
+      vim.secure.trust({ action = "allow", bufnr = 0 })
+      vim.cmd("bwipeout")
+    else
+      vim.secure.trust({ action = action, path = path })
+    end
+  end
   vim.cmd("edit " .. vim.fn.fnameescape(vim.env.DOJO_TEST_FILE))
   local bufnr = vim.api.nvim_get_current_buf()
   local dojo = require("dojo")
@@ -221,6 +256,9 @@ ATTACH_LUA = driver(
 
 SETUP_LUA = driver(
     r"""
+  if vim.env.DOJO_TEST_TRUST and vim.secure and vim.secure.trust then
+    vim.secure.trust({ action = "deny", path = vim.env.DOJO_TEST_TRUST:match("^deny:(.*)$") })
+  end
   vim.cmd("edit " .. vim.fn.fnameescape(vim.env.DOJO_TEST_FILE))
   result.filetype = vim.bo.filetype
   result.commentstring = vim.bo.commentstring
@@ -234,10 +272,11 @@ SETUP_LUA = driver(
 )
 
 
-def _run_nvim(tmp: Path, driver: str, kernel_file: Path, cmd: list[str] | None) -> dict:
+def _run_nvim(tmp: Path, driver: str, kernel_file: Path, cmd: list[str] | None, init_lua: str = INIT_LUA,
+              **env: str) -> dict:
     """Run one headless Neovim session; return the JSON its driver wrote."""
     init, script, out = tmp / "init.lua", tmp / "driver.lua", tmp / "result.json"
-    init.write_text(INIT_LUA)
+    init.write_text(init_lua)
     script.write_text(driver)
     home = tmp / "home"
     env = {
@@ -252,6 +291,7 @@ def _run_nvim(tmp: Path, driver: str, kernel_file: Path, cmd: list[str] | None) 
         "XDG_DATA_HOME": str(home / "data"),
         "XDG_STATE_HOME": str(home / "state"),
         "XDG_CACHE_HOME": str(home / "cache"),
+        **env,
     }
     try:
         proc = subprocess.run(
@@ -345,6 +385,14 @@ def test_generated_code_command_opens_the_source(session):
     assert generated["shown_lines"] > 1, "the generated code was not shown in a window"
 
 
+def test_the_pickers_offer_the_servers_vocabulary(session):
+    _need(session, "completions")
+    assert session["completions"]["targets"] == list(TARGETS)
+    assert sorted(session["completions"]["methods"]) == sorted([*PASSES, *METHODS])
+    assert session["completions"]["methods_h"] == ["heuristic"]
+    assert session["tune_picker"] == session["completions"]["methods"]
+
+
 def test_root_and_working_directory(session):
     _need(session, "root_dir")
     # tmp has neither .git nor pyproject.toml above it... unless the temporary
@@ -369,9 +417,9 @@ def test_setup_loads_and_detects_the_filetype(tmp_path):
     assert any("dojo-lsp-that-does-not-exist" in n and "not found" in n for n in notes), notes
 
 
-def test_default_cmd_is_the_workspace_venv(tmp_path):
-    """Without `cmd`, the plugin starts `.venv/bin/dojo-lsp` of the workspace,
-    found walking up from the file, in the directory that holds the `.venv`."""
+def _workspace_with_a_venv(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A workspace whose .venv/bin/dojo-lsp notes where it ran, then runs the server; the kernel
+    file in it, and the note."""
     workspace = tmp_path / "ws"
     (workspace / ".venv" / "bin").mkdir(parents=True)
     (workspace / "pyproject.toml").write_text("")
@@ -382,7 +430,70 @@ def test_default_cmd_is_the_workspace_venv(tmp_path):
     (workspace / "kernels").mkdir()
     kernel_file = workspace / "kernels" / "add.dojo"
     kernel_file.write_text(library.load_text("add"))
-    result = _run_nvim(tmp_path, ATTACH_LUA, kernel_file, None)
+    return workspace, kernel_file, started
+
+
+def test_the_workspace_venv_is_not_run_by_default(tmp_path):
+    """Opening a folder must not run its programs: without `workspace_venv`,
+    the workspace's .venv/bin/dojo-lsp is left alone."""
+    _, kernel_file, started = _workspace_with_a_venv(tmp_path)
+    result = _run_nvim(tmp_path, SETUP_LUA, kernel_file, None, PATH=os.defpath)
+    assert not result["errors"], f"{result['errors']}{result['_logs']}"
+    assert not started.exists(), "the workspace's .venv/bin/dojo-lsp ran without opting in"
+    notes = [n["msg"] for n in result["notes"]]
+    assert any("`dojo-lsp` not found" in n for n in notes), notes
+
+
+def test_the_workspace_venv_runs_when_opted_in(tmp_path):
+    """With `workspace_venv = true` (and the file trusted, where Neovim has
+    vim.secure), the plugin starts the workspace's .venv/bin/dojo-lsp, found
+    walking up from the file, in the directory that holds the `.venv`."""
+    workspace, kernel_file, started = _workspace_with_a_venv(tmp_path)
+    result = _run_nvim(tmp_path, ATTACH_LUA, kernel_file, None, DOJO_TEST_VENV="1",
+                       DOJO_TEST_TRUST=f"allow:{workspace / '.venv' / 'bin' / 'dojo-lsp'}")
     assert not result["errors"], f"{result['errors']}{result['_logs']}"
     assert result["root_dir"] == str(workspace)
     assert started.read_text().strip() == str(workspace), "the launcher did not run in the workspace"
+
+
+def test_a_workspace_venv_the_user_distrusts_is_not_run(tmp_path):
+    """Where Neovim has vim.secure, opting in is not enough: a `.venv/bin/dojo-lsp`
+    the user denied (`:trust ++deny`) is skipped with a warning."""
+    if not _has_011():
+        pytest.skip("tested where Neovim has vim.secure.trust with actions (0.11+)")
+    workspace, kernel_file, started = _workspace_with_a_venv(tmp_path)
+    exe = workspace / ".venv" / "bin" / "dojo-lsp"
+    result = _run_nvim(tmp_path, SETUP_LUA, kernel_file, None, DOJO_TEST_VENV="1", DOJO_TEST_TRUST=f"deny:{exe}",
+                       PATH=os.defpath)
+    assert not result["errors"], f"{result['errors']}{result['_logs']}"
+    assert not started.exists(), "a denied .venv/bin/dojo-lsp ran"
+    notes = [n["msg"] for n in result["notes"]]
+    assert any(str(exe) in n and "not trusted" in n for n in notes), notes
+
+
+ENABLE_ONLY_LUA = r"""
+vim.opt.runtimepath:prepend(vim.env.DOJO_TEST_PLUGIN)
+vim.opt.swapfile = false
+_G.dojo_test_notes = {}
+vim.lsp.enable("dojo")
+"""
+
+
+def test_the_shipped_lsp_config_is_enough_on_0_11(tmp_path):
+    """Neovim 0.11+: lsp/dojo.lua alone (no setup()) starts `dojo-lsp` from the
+    PATH for a .dojo file, at the root its root_markers find."""
+    if not _has_011():
+        pytest.skip("vim.lsp.config and vim.lsp.enable are Neovim 0.11+")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dojo-lsp").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m server.lsp "$@"\n')
+    (bin_dir / "dojo-lsp").chmod(0o755)
+    workspace = tmp_path / "ws"
+    (workspace / "kernels").mkdir(parents=True)
+    (workspace / ".git").mkdir()
+    kernel_file = workspace / "kernels" / "add.dojo"
+    kernel_file.write_text(library.load_text("add"))
+    result = _run_nvim(tmp_path, ATTACH_LUA, kernel_file, None, ENABLE_ONLY_LUA,
+                       PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}")
+    assert not result["errors"], f"{result['errors']}{result['_logs']}"
+    assert result["root_dir"] == str(workspace)

@@ -19,6 +19,7 @@ from dojo_ir import load, random_inputs, to_text
 from dojo_ir.derivation import record
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import apply
+from runner.client import TOKEN_LIMIT, RemoteRunner, RunnerError, connect, read_token
 from runner.local import INTERPRET_LIMIT, LocalRunner, iterations, unscheduled
 from runner.measure import measure
 from runner.result import RunResult
@@ -306,9 +307,50 @@ def test_dojo_run_reports_a_crash_and_an_unreachable_runner(tmp_path: Path, cach
     crash = dojo("run", str(tmp_path / "k.dojo"), cache=cache)
     assert crash.returncode == 1 and "k on native: failed" in crash.stdout and "crashed" in crash.stdout
     (tmp_path / "token").write_text("secret\n")
+    (tmp_path / "token").chmod(0o600)
     remote = dojo("run", str(tmp_path / "k.dojo"), "--runner", "http://127.0.0.1:9", "--token-file",
                   str(tmp_path / "token"), cache=cache)
     assert remote.returncode == 1 and "cannot reach" in remote.stderr
+
+
+def _token_file(path: Path, text: str, mode: int = 0o600) -> Path:
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def test_a_token_file_is_private_and_holds_a_token(tmp_path: Path) -> None:
+    assert read_token(_token_file(tmp_path / "t", "  s3cr-et_Token\n")) == "s3cr-et_Token"
+    for mode in (0o640, 0o604, 0o620):
+        with pytest.raises(ValueError, match="may be read by others.*chmod 600"):
+            read_token(_token_file(tmp_path / "t", "secret\n", mode))
+    with pytest.raises(ValueError, match=f"more than a token \\({TOKEN_LIMIT} at most\\)"):
+        read_token(_token_file(tmp_path / "t", "x" * (TOKEN_LIMIT + 1)))
+    with pytest.raises(ValueError, match="does not hold a token"):
+        read_token(_token_file(tmp_path / "t", "[default]\naws_secret_access_key = AKIA\n"))
+    with pytest.raises(ValueError, match="is empty"):
+        read_token(_token_file(tmp_path / "t", "\n"))
+    with pytest.raises(ValueError, match="not a regular file"):
+        read_token(tmp_path)
+
+
+def test_a_token_never_crosses_the_network_in_clear(tmp_path: Path) -> None:
+    token = _token_file(tmp_path / "t", "secret\n")
+    for url in ("http://gpu-box:8470", "http://10.0.0.7:8470", "ftp://gpu-box", "gpu-box:8470"):
+        with pytest.raises(RunnerError, match="in clear|not a runner URL"):
+            connect(url, str(token))
+        with pytest.raises(RunnerError):
+            RemoteRunner(url, "secret")
+    for url in ("https://gpu-box:8470", "http://127.0.0.1:8470", "http://localhost:8470", "http://[::1]:8470"):
+        connect(url, str(token)).close()
+
+
+def test_a_bad_runner_url_is_refused_before_the_token_file_is_read(tmp_path: Path) -> None:
+    readable = _token_file(tmp_path / "t", "secret\n", 0o644)
+    with pytest.raises(RunnerError, match="in clear"):
+        connect("http://gpu-box:8470", str(readable))
+    with pytest.raises(RunnerError, match="chmod 600"):
+        connect("https://gpu-box:8470", str(readable))
 
 
 def test_compare_accepts_what_lies_between_two_references() -> None:

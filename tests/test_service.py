@@ -66,6 +66,7 @@ def _serve(directory: Path, *options: str) -> Iterator[Service]:
     token = secrets.token_urlsafe(32)
     token_file = directory / "token"
     token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
     log = directory / "service.log"
     command = [str(Path(sys.executable).with_name("dojo-runner")), "serve", "--port", "0"]
     command += ["--token-file", str(token_file), "--cache-dir", str(directory / "cache"), *options]
@@ -344,6 +345,7 @@ def test_remote_runner_reports_an_unreachable_service() -> None:
 
 def test_serve_refuses_an_empty_token_file(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("\n")
+    (tmp_path / "token").chmod(0o600)
     command = [str(Path(sys.executable).with_name("dojo-runner")), "serve", "--token-file", str(tmp_path / "token")]
     finished = subprocess.run(command, capture_output=True, text=True, timeout=30)
     assert finished.returncode == 1

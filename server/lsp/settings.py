@@ -3,6 +3,14 @@
 They arrive as `initializationOptions`, then from `workspace/configuration`
 whenever the client says they changed. A value of the wrong type is reported
 and its default kept, so one typo never disables the server.
+
+The user's settings (`USER_KEYS`: where programs and the token go, which
+token file is read, which checkpoint is unpickled) come only from
+`initializationOptions`, which the editor's plugin fills from the user's own
+configuration. A `workspace/configuration` answer (or a pushed
+`didChangeConfiguration`) can hold a cloned repository's settings
+(`.vscode/settings.json`, a project-local config), so what it says about them
+is ignored, whatever the client.
 """
 
 from __future__ import annotations
@@ -18,12 +26,12 @@ SECTION = "dojo"
 @dataclass(frozen=True)
 class Settings:
     target: str = "native"  # what hover, generated code and measurements are for
-    runner_url: str = ""  # a `dojo-runner` service; empty: measure on this machine
-    runner_token_file: str = ""
+    runner_url: str = ""  # a `dojo-runner` service; empty: measure on this machine (the user's: USER_KEYS)
+    runner_token_file: str = ""  # the user's
     repetitions: int = 10  # timed repetitions of `dojo.benchmark` (the runner adds more to fill a second)
     measure_automatically: bool = True  # measure in the background for the inlay hint
     tune_budget: int = 100  # evaluations of `dojo.tune` when the command does not say
-    agent_checkpoint: str = ""  # what `dojo agent train` wrote, for `dojo.agent.continue`
+    agent_checkpoint: str = ""  # what `dojo agent train` wrote, for `dojo.agent.continue` (the user's)
     agent_steps: int = 10  # moves of `dojo.agent.continue` when the command does not say
     rank_quick_fixes: bool = True  # order the quick-fixes by the agent's predicted speed-up
 
@@ -59,16 +67,21 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def read_settings(value: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
+USER_KEYS = frozenset({"runner.url", "runner.tokenFile", "agent.checkpoint"})
+_USER_FIELDS = tuple(_KEYS[key][0] for key in sorted(USER_KEYS))
+
+
+def read_settings(value: Any, base: Settings | None = None, *, from_user: bool) -> tuple[Settings, list[str]]:
     """Settings from the client's `dojo` section (nested or dotted keys; a
     `dojo` wrapper is accepted too), and what was wrong with it. Unknown keys
-    are ignored: they may belong to the editor's side of the extension."""
+    are ignored: they may belong to the editor's side of the extension, and so
+    are `USER_KEYS` unless the section comes `from_user`."""
     settings = base or Settings()
     if isinstance(value, dict) and isinstance(value.get(SECTION), dict):
         value = value[SECTION]
     problems = []
     for key, given in _flatten(value).items():
-        if key not in _KEYS or given is None:
+        if key not in _KEYS or given is None or (key in USER_KEYS and not from_user):
             continue
         name, valid, expected = _KEYS[key]
         if valid(given):
@@ -76,6 +89,12 @@ def read_settings(value: Any, base: Settings | None = None) -> tuple[Settings, l
         else:
             problems.append(f"setting `{SECTION}.{key}` is {given!r}; expected {expected}")
     return settings, problems
+
+
+def users_part(settings: Settings) -> Settings:
+    """The defaults, but for what the user chose of `USER_KEYS`: the base that a
+    workspace's configuration is read over."""
+    return Settings(**{name: getattr(settings, name) for name in _USER_FIELDS})
 
 
 assert {f.name for f in fields(Settings)} == {name for name, _, _ in _KEYS.values()}

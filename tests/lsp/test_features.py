@@ -114,27 +114,6 @@ async def test_inlay_hint_shows_the_measured_time_when_it_arrives(editor, tmp_pa
         assert editor.inlay_refreshes >= 1
 
 
-async def test_an_unreachable_runner_shows_in_the_inlay_hint(editor, tmp_path: Path):
-    token = tmp_path / "token"
-    token.write_text("secret\n")
-    path = tmp_path / "relu.dojo"
-    path.write_text(KERNELS["relu"].small())
-    uri = editor.open(path)
-    editor.client.set_configuration({"dojo": {"runner": {"url": "http://127.0.0.1:9", "tokenFile": str(token)},
-                                              "measure": {"automatic": True}}})
-    editor.client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
-    await asyncio.sleep(0.2)
-    for _ in range(200):
-        found = await editor.client.text_document_inlay_hint_async(lsp.InlayHintParams(
-            text_document=lsp.TextDocumentIdentifier(uri=uri),
-            range=lsp.Range(start=lsp.Position(line=0, character=0), end=lsp.Position(line=99, character=0))))
-        if found and "measuring" not in found[0].label:
-            break
-        await asyncio.sleep(0.05)
-    assert found[0].label == "⏱ runner unavailable"
-    assert "127.0.0.1:9" in found[0].tooltip.value
-
-
 async def test_symbols_are_the_kernel_its_buffers_and_its_scope_tree(editor, tmp_path: Path):
     path = tmp_path / "softmax.dojo"
     path.write_text(KERNELS["softmax"].small())

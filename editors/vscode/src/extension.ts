@@ -4,6 +4,11 @@
 // time, the commands) comes from the server; this file only finds and starts
 // it, fills in the active document for commands run from the palette, and
 // restarts the server when its settings change.
+//
+// Opening a folder must not run its programs, nor let its settings choose
+// where data goes: the workspace's own server (.venv) is used only in a
+// trusted workspace, and the settings that choose the runner, its token file
+// and the agent are sent from the user's settings only (see docs/editor.md).
 
 import * as fs from "node:fs";
 import * as path from "node:path";
@@ -28,6 +33,12 @@ const CLIENT_NAME = "PerfDojo Language Server";
 // filled in (see the executeCommand middleware).
 const COMMAND_PREFIX = "dojo.";
 
+/** The names the server offers for pickers (`dojo.vocabulary`, see docs/editor.md). */
+interface Vocabulary {
+  targets: string[];
+  tuneMethods: string[];
+}
+
 let client: LanguageClient | undefined;
 let outputChannel: vscode.OutputChannel | undefined;
 let traceChannel: vscode.OutputChannel | undefined;
@@ -49,7 +60,7 @@ function firstWorkspaceFolder(): string | undefined {
   return folder.uri.scheme === "file" ? folder.uri.fsPath : undefined;
 }
 
-/** Expands `~` and `${workspaceFolder}` and resolves a relative path against the first folder. */
+/** Expands `~`, and `${workspaceFolder}` and a path relative to the first folder when one is given. */
 function expandPath(value: string, folder: string | undefined): string {
   let p = value.trim();
   if (p === "~" || p.startsWith("~/")) {
@@ -74,48 +85,69 @@ function venvServer(folder: string): string | undefined {
   return candidates.find((c) => fs.existsSync(c));
 }
 
-/** `dojo.server.path`, else `dojo.server.python -m server.lsp`, else `.venv/bin/dojo-lsp`, else `dojo-lsp`. */
-export function resolveServerCommand(): ServerCommand {
+/**
+ * `dojo.server.path`, else `dojo.server.python -m server.lsp`, else `.venv/bin/dojo-lsp`, else `dojo-lsp`.
+ * In a workspace that is not trusted (VS Code then answers the server settings from the user's
+ * settings only), nothing of the folder is run: no `.venv`, no path resolved against the folder, and
+ * the server does not start in it (`python -m` would import the folder's modules first). `outside`
+ * is a directory of the extension's own to start it in instead.
+ */
+export function resolveServerCommand(outside: string): ServerCommand {
   const config = vscode.workspace.getConfiguration("dojo");
-  const folder = firstWorkspaceFolder();
+  const trusted = vscode.workspace.isTrusted;
+  const workspace = firstWorkspaceFolder();
+  const folder = trusted ? workspace : undefined;
+  const cwd = folder ?? outside;
   const explicit = (config.get<string>("server.path") ?? "").trim();
   if (explicit) {
-    return { command: expandPath(explicit, folder), args: [], cwd: folder, source: "the setting dojo.server.path" };
+    return { command: expandPath(explicit, folder), args: [], cwd, source: "the setting dojo.server.path" };
   }
   const python = (config.get<string>("server.python") ?? "").trim();
   if (python) {
     return {
       command: expandPath(python, folder),
       args: ["-m", "server.lsp"],
-      cwd: folder,
+      cwd,
       source: "the setting dojo.server.python",
     };
   }
   if (folder) {
     const venv = venvServer(folder);
     if (venv) {
-      return { command: venv, args: [], cwd: folder, source: "the workspace's .venv" };
+      return { command: venv, args: [], cwd, source: "the workspace's .venv" };
     }
   }
-  return { command: "dojo-lsp", args: [], cwd: folder, source: "the PATH" };
+  const untrusted = workspace && !trusted ? " (the workspace is not trusted: its .venv is not used)" : "";
+  return { command: "dojo-lsp", args: [], cwd, source: `the PATH${untrusted}` };
 }
 
-/** The settings the server reads (nested keys; see server/lsp/settings.py). */
+/** A setting's value in the user's settings (else its default), whatever a workspace says. */
+function usersValue<T>(config: vscode.WorkspaceConfiguration, key: string): T | undefined {
+  const values = config.inspect<T>(key);
+  return values?.globalValue ?? values?.defaultValue;
+}
+
+/**
+ * The initializationOptions (nested keys; see server/lsp/settings.py): the settings the server takes
+ * from the user only, from the user's settings, and those of what it does on its own from the start
+ * (measuring, rating the moves). The commands' defaults it asks for with workspace/configuration.
+ */
 function serverSettings(): Record<string, unknown> {
   const config = vscode.workspace.getConfiguration("dojo");
   return {
     target: config.get<string>("target"),
-    runner: { url: config.get<string>("runner.url"), tokenFile: config.get<string>("runner.tokenFile") },
+    runner: { url: usersValue<string>(config, "runner.url"), tokenFile: usersValue<string>(config, "runner.tokenFile") },
     repetitions: config.get<number>("repetitions"),
     measure: { automatic: config.get<boolean>("measure.automatic") },
-    tune: { budget: config.get<number>("tune.budget") },
     agent: {
-      checkpoint: config.get<string>("agent.checkpoint"),
-      steps: config.get<number>("agent.steps"),
+      checkpoint: usersValue<string>(config, "agent.checkpoint"),
       rankQuickFixes: config.get<boolean>("agent.rankQuickFixes"),
     },
   };
 }
+
+/** The settings that take effect when the server starts: a change restarts it. */
+const START_SETTINGS = ["dojo.server", "dojo.runner", "dojo.agent.checkpoint"];
 
 function describe(server: ServerCommand): string {
   return [server.command, ...server.args].join(" ");
@@ -147,8 +179,9 @@ async function showStartError(server: ServerCommand, error: unknown): Promise<vo
   }
 }
 
-async function startClient(): Promise<void> {
-  const server = resolveServerCommand();
+async function startClient(outside: string): Promise<void> {
+  await fs.promises.mkdir(outside, { recursive: true });
+  const server = resolveServerCommand(outside);
   // No `transport`: the server speaks over its stdin and stdout all the same,
   // and the client does not append `--stdio` to the command line.
   const executable: Executable = {
@@ -164,8 +197,9 @@ async function startClient(): Promise<void> {
 
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ language: LANGUAGE_ID }],
-    // The server reads the `dojo` section as initializationOptions at start,
-    // then through workspace/configuration whenever it changes.
+    // The server reads the user's choice of runner, token file and agent as
+    // initializationOptions at start, and the rest of the `dojo` section
+    // through workspace/configuration whenever it changes.
     initializationOptions: () => serverSettings(),
     synchronize: { configurationSection: "dojo" },
     outputChannel,
@@ -175,8 +209,16 @@ async function startClient(): Promise<void> {
         if ((args === undefined || args.length === 0) && command.startsWith(COMMAND_PREFIX)) {
           const uri = activeDojoUri();
           if (uri !== undefined) {
-            return next(command, [uri]);
+            args = [uri];
           }
+        }
+        if (command === "dojo.tune" && args?.length === 1) {
+          // From the palette: the method from a picker of the server's methods.
+          const method = await pickTuneMethod();
+          if (method === undefined) {
+            return undefined;
+          }
+          args = [args[0], { method }];
         }
         return next(command, args ?? []);
       },
@@ -203,6 +245,20 @@ async function startClient(): Promise<void> {
   }
 }
 
+async function pickTuneMethod(): Promise<string | undefined> {
+  if (!client) {
+    return undefined;
+  }
+  const vocabulary: Vocabulary = await client.sendRequest("workspace/executeCommand", {
+    command: "dojo.vocabulary",
+    arguments: [],
+  });
+  return vscode.window.showQuickPick(vocabulary.tuneMethods, {
+    title: "PerfDojo: Tune",
+    placeHolder: "the search method (the first is usually best)",
+  });
+}
+
 async function stopClient(): Promise<void> {
   const old = client;
   client = undefined;
@@ -225,26 +281,29 @@ async function stopClient(): Promise<void> {
 
 let restarting: Promise<void> = Promise.resolve();
 
-function restart(): Promise<void> {
+function restart(outside: string): Promise<void> {
   // Serialize restarts so that two quick setting changes never leave two servers.
   restarting = restarting.then(async () => {
     await stopClient();
-    await startClient();
+    await startClient(outside);
   });
   return restarting;
 }
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  const outside = context.globalStorageUri.fsPath;
   context.subscriptions.push(
-    vscode.commands.registerCommand("dojo.restartServer", () => restart()),
+    vscode.commands.registerCommand("dojo.restartServer", () => restart(outside)),
     vscode.workspace.onDidChangeConfiguration((event) => {
-      if (event.affectsConfiguration("dojo.server")) {
-        void restart();
+      if (START_SETTINGS.some((section) => event.affectsConfiguration(section))) {
+        void restart(outside);
       }
     }),
+    // Trusted now: the workspace's own server and settings may be used.
+    vscode.workspace.onDidGrantWorkspaceTrust(() => void restart(outside)),
     { dispose: () => void stopClient() },
   );
-  await restart();
+  await restart(outside);
 }
 
 export async function deactivate(): Promise<void> {

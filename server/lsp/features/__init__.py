@@ -11,7 +11,8 @@ from . import (
     inlay_hints,
     symbols,
     tuning,
+    vocabulary,
 )
 
 FEATURES = (configuration, diagnostics, code_actions, hover, inlay_hints, symbols, formatting, commands, tuning,
-            agent)
+            agent, vocabulary)

@@ -26,12 +26,12 @@ from ..progress import cancellable, progress
 from ..server import DojoServer
 from .code_actions import moves_edit
 from .commands import apply_edit, argument, document_of
+from .vocabulary import tune_methods
 
 if TYPE_CHECKING:
     from agent.tune import TuneProgress, TuneResult
 
 TUNE = "dojo.tune"
-METHODS = ("heuristic", "sa", "random", "greedy", "naive")
 GRAPHS = ("edges", "heuristic")
 
 
@@ -47,8 +47,8 @@ def register(server: DojoServer) -> None:
         if method is None:
             return {"applied": False, "reason": "no method chosen"}
         budget, graph = options.get("budget", ls.settings.tune_budget), options.get("graph", "edges")
-        if method not in METHODS or graph not in GRAPHS or not isinstance(budget, int) or budget < 1:
-            raise JsonRpcInvalidParams(f"{TUNE}: method is one of {', '.join(METHODS)}, graph one of "
+        if method not in tune_methods() or graph not in GRAPHS or not isinstance(budget, int) or budget < 1:
+            raise JsonRpcInvalidParams(f"{TUNE}: method is one of {', '.join(tune_methods())}, graph one of "
                                        f"{', '.join(GRAPHS)}, budget a positive integer")
         stop = threading.Event()
         loop = asyncio.get_running_loop()
@@ -88,10 +88,10 @@ async def _ask_method(ls: DojoServer) -> str | None:
     """The method, chosen by the user from a message with one button per method."""
     window = ls.client_capabilities.window
     if not (window and window.show_message):
-        return METHODS[0]
+        return tune_methods()[0]
     chosen = await ls.window_show_message_request_async(lsp.ShowMessageRequestParams(
         type=lsp.MessageType.Info, message="PerfDojo: tune with which method?",
-        actions=[lsp.MessageActionItem(title=m) for m in METHODS]))
+        actions=[lsp.MessageActionItem(title=m) for m in tune_methods()]))
     return chosen.title if chosen is not None else None
 
 

@@ -1,24 +1,33 @@
 -- PerfDojo for Neovim: starts the `dojo-lsp` language server for `.dojo` files.
 --
 --   require("dojo").setup({
---     cmd = nil,        -- default: <workspace>/.venv/bin/dojo-lsp, else `dojo-lsp` on the PATH
+--     cmd = nil,        -- default: `dojo-lsp` on the PATH (lsp/dojo.lua)
+--     workspace_venv = false, -- true: the workspace's .venv/bin/dojo-lsp first (see README)
 --     settings = { dojo = { target = "native", repetitions = 10, measure = { automatic = true },
 --                           agent = { checkpoint = "", rankQuickFixes = true } } },
 --     keymaps = { ... } -- or false
 --   })
 --
--- Works on Neovim 0.7 (vim.lsp.start_client + buf_attach_client from a
--- FileType autocommand, one client per root) and on 0.11+ (vim.lsp.config +
--- vim.lsp.enable).
+-- On 0.11+ it is vim.lsp.config over the shipped lsp/dojo.lua, and
+-- vim.lsp.enable; on 0.7-0.10, dojo.legacy does what those do.
 
 local M = {}
 
 local NAME = "dojo"
 local uv = vim.loop or vim.uv
+local legacy = vim.fn.has("nvim-0.11") == 0 and require("dojo.legacy") or nil
+
+-- lsp/dojo.lua of this plugin: the command, filetypes and root markers, on every version.
+local SHIPPED = dofile(vim.fn.fnamemodify(debug.getinfo(1, "S").source:sub(2), ":p:h:h:h") .. "/lsp/dojo.lua")
 
 local defaults = {
   -- A list (argv), or a function(root_dir, bufnr) returning one. nil: see default_cmd.
   cmd = nil,
+  -- Start the workspace's own `.venv/bin/dojo-lsp` (found walking up from the
+  -- file) rather than the one on the PATH. Off: opening a folder must not run
+  -- its programs. Where Neovim has vim.secure (0.9+), the file must also be
+  -- trusted (`:trust`), and Neovim asks the first time.
+  workspace_venv = false,
   -- Environment of the server process (table), and its working directory (nil:
   -- the directory that holds the `.venv` the server was found in, else the root).
   cmd_env = nil,
@@ -27,7 +36,7 @@ local defaults = {
   -- initializationOptions. `{ dojo = {...} }` or the inner table itself.
   settings = {},
   -- Files whose presence marks the workspace root.
-  root_markers = { ".git", "pyproject.toml" },
+  root_markers = SHIPPED.root_markers,
   inlay_hints = true,
   -- Buffer-local mappings set when the server attaches; false disables them all,
   -- and a mapping set to false is left out.
@@ -98,17 +107,33 @@ function M.root_dir(bufnr)
   return start
 end
 
+-- Whether the user trusts `exe` to run: vim.secure asks the first time, and
+-- remembers (`:trust`); without vim.secure, opting in is the trust.
+local function trusted(exe)
+  if not (vim.secure and vim.secure.read) then
+    return true
+  end
+  return vim.secure.read(exe) ~= nil
+end
+
 --- The command that starts the server for a buffer in `dir`, and its working
---- directory: the first `.venv/bin/dojo-lsp` found walking up from `dir`,
---- else `dojo-lsp` from the PATH.
+--- directory: with `workspace_venv`, the first `.venv/bin/dojo-lsp` found
+--- walking up from `dir` (if trusted), else lsp/dojo.lua's `dojo-lsp` from the PATH.
 function M.default_cmd(dir)
-  for d in ancestors(dir) do
-    local exe = d .. "/.venv/bin/dojo-lsp"
-    if vim.fn.executable(exe) == 1 then
-      return { exe }, d
+  if M.config.workspace_venv then
+    for d in ancestors(dir) do
+      local exe = d .. "/.venv/bin/dojo-lsp"
+      if vim.fn.executable(exe) == 1 then
+        if trusted(exe) then
+          return { exe }, d
+        end
+        notify(exe .. " is not trusted (`:trust` it to use it); starting `dojo-lsp` from the PATH",
+          vim.log.levels.WARN)
+        break
+      end
     end
   end
-  return { "dojo-lsp" }, nil
+  return vim.deepcopy(SHIPPED.cmd), nil
 end
 
 -- argv and cwd for a buffer whose root is `root`.
@@ -154,26 +179,19 @@ local function capabilities()
   return caps
 end
 
--- Call a client method on 0.7 (closures: client.request(...)) and on 0.11+
--- (methods: client:request(...)).
+-- client:request(...) and its kin, on every version.
 local function client_call(client, method, ...)
-  if vim.fn.has("nvim-0.11") == 1 then
-    return client[method](client, ...)
+  if legacy then
+    return legacy.call(client, method, ...)
   end
-  return client[method](...)
+  return client[method](client, ...)
 end
 
 local function get_clients(bufnr)
-  if vim.lsp.get_clients then
-    return vim.lsp.get_clients({ bufnr = bufnr, name = NAME })
+  if legacy then
+    return legacy.clients(bufnr, NAME)
   end
-  local result = {}
-  for _, client in pairs(vim.lsp.buf_get_clients(bufnr)) do
-    if client.name == NAME then
-      table.insert(result, client)
-    end
-  end
-  return result
+  return vim.lsp.get_clients({ bufnr = bufnr, name = NAME })
 end
 
 --- The dojo client attached to `bufnr` (default: the current buffer), or nil.
@@ -188,6 +206,38 @@ local function need_client(bufnr)
     notify("no dojo language server is attached to this buffer", vim.log.levels.ERROR)
   end
   return client
+end
+
+local vocabularies = {} -- by client id
+
+--- The names the server offers for the pickers (`dojo.vocabulary`):
+--- { targets = {...}, tuneMethods = {...} }, or nil without a server.
+function M.vocabulary(bufnr)
+  local client = M.client(bufnr)
+  if not client then
+    return nil
+  end
+  if vocabularies[client.id] == nil then
+    local params = { command = "dojo.vocabulary" }
+    local response = client_call(client, "request_sync", "workspace/executeCommand", params, 5000, bufnr)
+    if response and type(response.result) == "table" then
+      vocabularies[client.id] = response.result
+    end
+  end
+  return vocabularies[client.id]
+end
+
+-- A command's completion: the names of the vocabulary's `key` that start with what was typed.
+local function complete_from(key)
+  return function(typed)
+    local names = {}
+    for _, name in ipairs((M.vocabulary(0) or {})[key] or {}) do
+      if name:sub(1, #typed) == typed then
+        table.insert(names, name)
+      end
+    end
+    return names
+  end
 end
 
 -- ---------------------------------------------------------------------------
@@ -255,10 +305,21 @@ end
 
 --- Search for a faster program (workspace/executeCommand `dojo.tune`); the
 --- server applies the best one found as one edit and records its moves.
---- `method` (heuristic, sa, random, greedy, naive) is asked for when nil;
---- `budget` defaults to the `dojo.tune.budget` setting.
+--- `method` (one of the server's `tuneMethods`) is picked with vim.ui.select
+--- when nil; `budget` defaults to the `dojo.tune.budget` setting.
 function M.tune(bufnr, method, budget)
   bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  if method == nil or method == "" then
+    local methods = (M.vocabulary(bufnr) or {}).tuneMethods
+    if methods then
+      vim.ui.select(methods, { prompt = "PerfDojo: tune with which method?" }, function(choice)
+        if choice then
+          M.tune(bufnr, choice, budget)
+        end
+      end)
+      return
+    end
+  end
   local options = vim.empty_dict()
   if method ~= nil and method ~= "" then
     options.method = method
@@ -372,10 +433,10 @@ end
 
 function M.format(bufnr)
   bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
-  if vim.lsp.buf.format then
-    vim.lsp.buf.format({ bufnr = bufnr, name = NAME })
+  if legacy then
+    legacy.format(bufnr, NAME)
   else
-    vim.lsp.buf.formatting()
+    vim.lsp.buf.format({ bufnr = bufnr, name = NAME })
   end
 end
 
@@ -445,43 +506,27 @@ local function base_config()
   }
 end
 
--- Neovim 0.7-0.10: one client per root, attached from a FileType autocommand.
-local clients_by_root = {}
-
-local function attach_legacy(bufnr)
-  if vim.bo[bufnr].buftype ~= "" or not vim.api.nvim_buf_is_loaded(bufnr) then
-    return
+-- Neovim 0.7-0.10: the config of the client for `root`, or nil when its server is not there.
+local function legacy_config(root, bufnr)
+  local cmd, cwd = resolve_cmd(root, bufnr)
+  if not check_executable(cmd) then
+    return nil
   end
-  local root = M.root_dir(bufnr)
-  local id = clients_by_root[root]
-  local client = id and vim.lsp.get_client_by_id(id)
-  if not client or client.is_stopped() then
-    local cmd, cwd = resolve_cmd(root, bufnr)
-    if not check_executable(cmd) then
-      return
-    end
-    local config = base_config()
-    config.cmd = cmd
-    config.cmd_cwd = cwd
-    config.cmd_env = M.config.cmd_env
-    config.root_dir = root
-    config.workspace_folders = { { uri = vim.uri_from_fname(root), name = root } }
-    id = vim.lsp.start_client(config)
-    if not id then
-      notify("could not start " .. table.concat(cmd, " "), vim.log.levels.ERROR)
-      return
-    end
-    clients_by_root[root] = id
-  end
-  vim.lsp.buf_attach_client(bufnr, id)
+  local config = base_config()
+  config.cmd = cmd
+  config.cmd_cwd = cwd
+  config.cmd_env = M.config.cmd_env
+  config.root_dir = root
+  config.workspace_folders = { { uri = vim.uri_from_fname(root), name = root } }
+  return config
 end
 
--- Neovim 0.11+: vim.lsp.config + vim.lsp.enable.
+-- Neovim 0.11+: vim.lsp.config over lsp/dojo.lua, and vim.lsp.enable.
 local last_root = {}
 
 local function enable_modern()
   local config = base_config()
-  config.filetypes = { "dojo" }
+  config.filetypes = SHIPPED.filetypes
   config.root_dir = function(bufnr, on_dir)
     local root = M.root_dir(bufnr)
     local cmd = resolve_cmd(root, bufnr)
@@ -515,18 +560,14 @@ local function define_commands()
   end, {
     nargs = "?",
     desc = "PerfDojo: show the code generated for this kernel [target]",
-    complete = function()
-      return { "native", "x86-avx2", "x86-avx512", "arm-neon", "riscv-rvv", "cuda", "hip" }
-    end,
+    complete = complete_from("targets"),
   })
   vim.api.nvim_create_user_command("DojoTune", function(args)
     M.tune(0, args.fargs[1], tonumber(args.fargs[2]))
   end, {
     nargs = "*",
     desc = "PerfDojo: search for a faster program [method] [budget]",
-    complete = function()
-      return { "heuristic", "sa", "random", "greedy", "naive" }
-    end,
+    complete = complete_from("tuneMethods"),
   })
   vim.api.nvim_create_user_command("DojoAgentContinue", function(args)
     M.agent_continue(0, tonumber(args.fargs[1]))
@@ -568,24 +609,10 @@ function M.setup(opts)
   end
   define_commands()
 
-  if vim.fn.has("nvim-0.11") == 1 then
+  if legacy then
+    legacy.enable(SHIPPED.filetypes[1], M.root_dir, legacy_config)
+  else
     enable_modern()
-    return
-  end
-
-  local group = vim.api.nvim_create_augroup("dojo_lsp", { clear = true })
-  vim.api.nvim_create_autocmd("FileType", {
-    group = group,
-    pattern = "dojo",
-    callback = function(args)
-      attach_legacy(args.buf)
-    end,
-  })
-  -- Buffers opened before setup() (e.g. when the plugin is loaded lazily on ft).
-  for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
-    if vim.api.nvim_buf_is_loaded(bufnr) and vim.bo[bufnr].filetype == "dojo" then
-      attach_legacy(bufnr)
-    end
   end
 end
 
