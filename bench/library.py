@@ -8,7 +8,7 @@ ONNX Runtime and TVM MetaSchedule, each against the roofline bound of this machi
     python bench/library.py --convergence a.jsonl b.jsonl    # also plot best time against evaluations
 
 The machine's limits are measured again at the start (`runner.roofline.machine_limits(refresh=True)`). Per
-kernel: the roofline bound of the spec (`work`, `bound_s`), each peer's time (bench/peers: warm-up, then
+kernel: the roofline bound of the spec (`work`, `bound_s`), each peer's time (libgen/peers: warm-up, then
 repetitions on preallocated inputs until 0.5 s are timed, median, holding the runner's `bench.lock` as `dojo
 run` does; inputs `dojo_ir.random_inputs(spec, 0)`, as the runner's; the output checked against numpy in
 float64 within a relative 1e-3, else "wrong numbers") and PerfDojo's: the tuned program `DIR/<kernel>.dojo`
@@ -37,9 +37,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.peers import PEERS, Outcome, evaluate, reference, spec_of  # noqa: E402
 from dojo_ir import DojoError, load, random_inputs  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
+from libgen.peers import PEERS, Outcome, evaluate, reference, spec_of  # noqa: E402
 from runner.roofline import bound_s, last_level_cache_bytes, machine_limits, work  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"

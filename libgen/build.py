@@ -155,7 +155,7 @@ def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budg
     """Tune `kernels` (skipping those already tuned in `out`) and write the library `name` into
     `out`; see the module's docstring. `runner` times evaluations (default: this machine's) unless
     `cluster` is given; `workers` caps the kernels tuned at once on the cluster. `peers` names the
-    peers to time for each library kernel (libgen/peers.py). Raises LibraryError for bad options or
+    peers to time for each library kernel (libgen/peers). Raises LibraryError for bad options or
     a library that does not build, KeyboardInterrupt after stopping the searches cleanly when
     interrupted (so is `should_stop`)."""
     if not IDENTIFIER.fullmatch(name) or keyword.iskeyword(name):

@@ -715,7 +715,7 @@ def build_parser() -> argparse.ArgumentParser:
     build_.add_argument("--min-time", type=float, default=MIN_TIME_S, metavar="S",
                         help="time the finalists of each kernel for at least S seconds (default: 1)")
     build_.add_argument("--checkpoint", metavar="DIR", help="the learned agent's (--method agent)")
-    build_.add_argument("--peers", nargs="*", metavar="PEER", help="also time the peers of bench/ on each library "
+    build_.add_argument("--peers", nargs="*", metavar="PEER", help="also time the peers (libgen/peers) on each library "
                         "kernel (default: numpy torch torch.compile onnxruntime)")
     build_.add_argument("--ray", metavar="auto|local|ADDRESS", help="tune on a Ray cluster: a running one (auto "
                         "starts one on this machine when there is none), a new local one, or the one at ADDRESS")
