@@ -37,7 +37,7 @@ from typing import Any
 from agent.evaluate import read_log, replay_moves, text_hash
 from agent.passes import PASSES
 from agent.search import METHODS
-from agent.tune import AGENT, TuneProgress, tune
+from agent.tune import AGENT, GRAPH, TuneProgress, tune
 from codegen.targets import Target, get_target
 from dojo_ir import Program, to_text
 from runner.files import write_atomically
@@ -147,7 +147,7 @@ class _Plan:
 
 
 def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budget: int, name: str = "dojo",
-                  target: str = "native", graph: str = "edges", seed: int = 0, min_time_s: float = MIN_TIME_S,
+                  target: str = "native", graph: str = GRAPH, seed: int = 0, min_time_s: float = MIN_TIME_S,
                   time_limit_s: float | None = None, checkpoint: Path | None = None, runner: Runner | None = None,
                   cluster: Cluster | None = None, workers: int | None = None, peers: Sequence[str] = (),
                   on_event: Callable[[BuildEvent], None] | None = None,

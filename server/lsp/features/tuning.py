@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
 
+from agent import methods
+from agent.methods import GRAPH, GRAPHS
+
 from ..documents import file_path
 from ..measurements import open_runner
 from ..progress import cancellable, progress
@@ -31,8 +34,7 @@ if TYPE_CHECKING:
     from agent.tune import TuneProgress, TuneResult
 
 TUNE = "dojo.tune"
-METHODS = ("heuristic", "sa", "random", "greedy", "naive")
-GRAPHS = ("edges", "heuristic")
+METHODS = tuple(m for m in methods.METHODS if m != methods.AGENT)  # the agent has commands of its own (agent.py)
 
 
 def register(server: DojoServer) -> None:
@@ -46,7 +48,7 @@ def register(server: DojoServer) -> None:
         method = options.get("method") or await _ask_method(ls)
         if method is None:
             return {"applied": False, "reason": "no method chosen"}
-        budget, graph = options.get("budget", ls.settings.tune_budget), options.get("graph", "edges")
+        budget, graph = options.get("budget", ls.settings.tune_budget), options.get("graph", GRAPH)
         if method not in METHODS or graph not in GRAPHS or not isinstance(budget, int) or budget < 1:
             raise JsonRpcInvalidParams(f"{TUNE}: method is one of {', '.join(METHODS)}, graph one of "
                                        f"{', '.join(GRAPHS)}, budget a positive integer")
