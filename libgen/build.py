@@ -43,11 +43,12 @@ from dojo_ir import Program, to_text
 from runner.files import write_atomically
 from runner.local import LocalRunner, iterations
 from runner.measure import MIN_TIME_S, Runner
+from runner.result import format_time
 
 from . import csource
 from .cluster import Cluster
 from .kernels import IDENTIFIER, KernelSpec, LibraryError, check_names
-from .manifest import FORMAT, Tuned, entry, read_tuned, seconds, write_json
+from .manifest import FORMAT, Tuned, entry, read_tuned, write_json
 from .peers import peer_times
 from .pymodule import module_text
 
@@ -126,8 +127,8 @@ class _Plan:
 
         def progress(p: TuneProgress) -> None:
             speedup = "" if p.speedup is None else f" ({p.speedup:.2f}x)"
-            emit(BuildEvent(spec.name, "progress",
-                            f"{spec.name}: {p.evaluations}/{p.budget} evaluations, best {seconds(p.best_s)}{speedup}"))
+            emit(BuildEvent(spec.name, "progress", f"{spec.name}: {p.evaluations}/{p.budget} evaluations, "
+                            f"best {format_time(p.best_s)}{speedup}"))
 
         result = tune(spec.program, self.method, self.budget, spec_path=f"{spec.name}.spec.dojo",
                       graph=self.graph or "edges", target=self.target, runner=runner, time_limit_s=self.time_limit_s,
@@ -141,7 +142,7 @@ class _Plan:
         write_json(self.record_path(spec), tuned.to_json())
         speedup = "" if result.speedup is None else f", {result.speedup:.2f}x"
         emit(BuildEvent(spec.name, "tuned", f"{spec.name}: {self.method}: {len(result.moves)} moves, "
-                                            f"{seconds(result.spec_s)} -> {seconds(result.time_s)}{speedup} "
+                                            f"{format_time(result.spec_s)} -> {format_time(result.time_s)}{speedup} "
                                             f"after {result.evaluations} evaluations"))
         return tuned
 
@@ -197,7 +198,7 @@ def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budg
             records[spec.name] = record = replace(record, peers=tuple({**dict(record.peers), **dict(times)}.items()))
             write_json(plan.record_path(spec), record.to_json())
             emit(BuildEvent(spec.name, "peers", f"{spec.name}: " + ", ".join(
-                f"{peer} {seconds(time_s)}" for peer, time_s in times)))
+                f"{peer} {format_time(time_s)}" for peer, time_s in times)))
 
     manifest = _write_library(plan, name, chosen, kernels, records)
     emit(BuildEvent("", "library", f"wrote {out / manifest['shared_library']}, {out / manifest['header']}, "

@@ -22,6 +22,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 
 from agent import methods
 from agent.methods import GRAPH, GRAPHS
+from runner.result import format_time
 
 from ..documents import file_path
 from ..measurements import open_runner
@@ -56,7 +57,7 @@ def register(server: DojoServer) -> None:
         loop = asyncio.get_running_loop()
         async with progress(ls, f"Tuning {program.name} ({method}, {budget} evaluations)") as report:
             def on_progress(state: TuneProgress) -> None:
-                best = f"best {state.best_s * 1e3:.3g} ms, {state.speedup:.2f}x" if state.best_s and state.speedup \
+                best = f"best {format_time(state.best_s)}, {state.speedup:.2f}x" if state.best_s and state.speedup \
                     else "no verified program yet"
                 loop.call_soon_threadsafe(report, f"{state.evaluations}/{state.budget}: {best}",
                                           int(100 * state.evaluations / max(state.budget, 1)))
