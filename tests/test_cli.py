@@ -155,6 +155,21 @@ def test_interp_turns_what_cannot_be_computed_into_a_positioned_error(tmp_path: 
     assert not out.exists()
 
 
+@pytest.mark.parametrize("command", [["check"], ["fmt"], ["moves"], ["codegen"], ["interp", "--seed", "0", "--out"]])
+def test_a_kernel_nested_deeper_than_the_library_handles_is_a_positioned_error(tmp_path: Path,
+                                                                               command: list[str]) -> None:
+    deep = tmp_path / "deep.dojo"
+    expression = "x[{0}]"
+    for _ in range(2000):
+        expression = f"exp({expression})"
+    deep.write_text(copy_kernel(expression=expression))
+    result = dojo(command[0], str(deep), *command[1:], *([str(tmp_path / "o.npz")] if command[0] == "interp" else []))
+    assert "Traceback" not in result.stderr, result.stderr[-400:]
+    if result.returncode != 0:  # or the library learned to handle it
+        first = (result.stdout if command == ["check"] else result.stderr).splitlines()[0]
+        assert result.returncode == 1 and re.match(rf"{re.escape(str(deep))}:\d+:\d+: error: ", first), first
+
+
 def test_tune_searches_the_heuristic_graph_unless_told(tmp_path: Path) -> None:
     from server.cli import build_parser
 

@@ -13,12 +13,13 @@ from pathlib import Path
 
 from dojo_ir import DojoError, Program, to_text
 from dojo_ir.derivation import record, spec_path, verify
+from dojo_ir.errors import LIMITS
 from dojo_ir.fuzz import fuzz
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import KINDS, Analysis, Move, apply, find, parse_move
 from runner.files import write_atomically
 
-from .shared import LIMITS, CommandError, load_file, reporting
+from .shared import CommandError, load_file, reporting
 
 
 def add_to(commands: argparse._SubParsersAction) -> None:

@@ -12,12 +12,9 @@ from pathlib import Path
 
 from dojo_ir import DojoError, Program, load
 from dojo_ir.derivation import spec_path
+from dojo_ir.errors import LIMITS, beyond_limits
 from dojo_ir.source import decode, read_source
 from dojo_ir.tree import Span
-
-# What the library raises for input it cannot handle beyond what its checks catch (sizes that
-# overflow, memory that cannot be had, nesting too deep): bad input too, never a traceback.
-LIMITS = (ArithmeticError, MemoryError, RecursionError, ValueError)
 
 
 class CommandError(Exception):
@@ -33,8 +30,7 @@ def reporting(path: str, where: Span | None = None) -> Iterator[None]:
     except DojoError as error:
         raise CommandError(error.format(path)) from None
     except LIMITS as error:
-        span = where or Span(1, 1, 1, 1)
-        raise CommandError(f"{path}:{span.line}:{span.col}: error: {error or type(error).__name__}") from None
+        raise CommandError(beyond_limits(error, where or Span(1, 1, 1, 1)).format(path)) from None
 
 
 def read(path: str) -> str:

@@ -104,3 +104,14 @@ def test_verify_compares_the_numbers_with_the_specs(tmp_path: Path):
     assert same_numbers(load(derived.read_text()), spec) == []
     [found] = same_numbers(load(derived.read_text().replace("] / s[", "] * s[")), spec)
     assert found.rule == "verify" and "outputs differ from the spec's" in found.message
+
+
+def test_a_kernel_nested_deeper_than_the_library_handles_is_a_positioned_error(tmp_path: Path):
+    deep = tmp_path / "deep.dojo"
+    expression = "x[{0}]"
+    for _ in range(2000):
+        expression = f"exp({expression})"
+    deep.write_text(f"kernel k(x) -> y\n\nx f32 [4] heap\ny f32 [4] heap\n\n4 y[{{0}}] = {expression}\n")
+    done = check(str(deep), "--verify")
+    assert "Traceback" not in done.stderr, done.stderr[-400:]
+    assert all(line.startswith(f"{deep}:") and ": error: " in line for line in done.stdout.splitlines())
