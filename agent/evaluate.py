@@ -40,9 +40,16 @@ from runner.measure import Runner
 INF = math.inf
 
 
+def text_key(text: str) -> str:
+    """The key of a text in the caches and logs: the first 32 hex digits of its sha256."""
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
 def text_hash(program: Program) -> str:
-    """The hash of what `program` computes: its canonical text without comments or derivation."""
-    return hashlib.sha256(to_text(without_comments(program)).encode()).hexdigest()[:32]
+    """The key of what `program` computes: that of its canonical text without comments or
+    derivation. The one hash of a program's text: the evaluator's cache and log, the editor's
+    measurements and ratings, the agent's embeddings and a library's `spec_hash` all use it."""
+    return text_key(to_text(without_comments(program)))
 
 
 def replay_moves(start: Program, moves: Sequence[str]) -> tuple[Program, list[str]]:

@@ -39,6 +39,8 @@ from dojo_ir.moves.vectorize_scope import VECTOR_BYTES
 from dojo_ir.paths import without_comments
 from dojo_ir.tree import DTYPE_BYTES, Access, Op, Scope
 
+from . import methods
+
 SPARE_REGISTERS = 4  # vector registers left to the loaded vectors and broadcasts of a register tile
 BALANCED_ITERATIONS = 4  # iterations per core from which an uneven last share costs little
 REDUCTION_BLOCK = 256  # reduction steps per block: 256 x a tile's vectors of the streamed operand stay in cache
@@ -144,8 +146,8 @@ def heuristic(program: Program, target: Target | str = "native") -> list[str]:
     return state.moves
 
 
-PASSES: dict[str, Callable[[Program, Target | str], list[str]]] = {
-    "naive": naive, "greedy": greedy, "heuristic": heuristic}
+PASSES: dict[str, Callable[[Program, Target | str], list[str]]] = dict(zip(
+    methods.PASSES, (naive, greedy, heuristic), strict=True))
 
 
 # -- the steps -------------------------------------------------------------------------------

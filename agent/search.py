@@ -35,6 +35,7 @@ from dojo_ir.moves import Move, of_a_random_kind
 
 from .evaluate import INF, BudgetExhausted, Evaluator, text_hash
 from .legal import legal_moves
+from .methods import GRAPHS, SEARCHES
 
 T0, T1 = 0.2, 0.005  # simulated annealing: accept a 20% slow-down with probability 1/e at first
 _TRIES_PER_EVALUATION = 300  # proposals in a row that meet only known programs before a search gives up
@@ -98,7 +99,7 @@ def make_graph(name: str, evaluator: Evaluator, target: Target) -> EdgesGraph | 
         return EdgesGraph(evaluator, target)
     if name == "heuristic":
         return HeuristicGraph(evaluator, target)
-    raise ValueError(f"unknown graph `{name}`; expected edges or heuristic")
+    raise ValueError(f"unknown graph `{name}`; expected {' or '.join(GRAPHS)}")
 
 
 # -- the methods -----------------------------------------------------------------------------
@@ -183,4 +184,4 @@ def simulated_annealing(evaluator: Evaluator, graph: EdgesGraph | HeuristicGraph
         pass
 
 
-METHODS = {"random": random_sampling, "sa": simulated_annealing}
+METHODS = dict(zip(SEARCHES, (random_sampling, simulated_annealing), strict=True))

@@ -31,12 +31,13 @@ from dojo_ir.derivation import record
 from dojo_ir.paths import without_comments
 from runner.measure import Runner, measure
 
+from . import methods
 from .evaluate import INF, BudgetExhausted, Evaluation, Evaluator, text_hash
+from .methods import AGENT, GRAPH
 from .passes import PASSES
 from .search import METHODS, make_graph
 
 FINALISTS = 3
-AGENT = "agent"
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def _finite(x: float) -> float | None:
     return None if math.isinf(x) else x
 
 
-def tune(spec: Program, method: str, budget: int, *, spec_path: str, graph: str = "edges",
+def tune(spec: Program, method: str, budget: int, *, spec_path: str, graph: str = GRAPH,
          target: str = "native", runner: Runner | None = None, time_limit_s: float | None = None,
          log: Path | None = None, resume: bool = False, seed: int = 0,
          on_progress: Callable[[TuneProgress], None] | None = None,
@@ -104,8 +105,8 @@ def tune(spec: Program, method: str, budget: int, *, spec_path: str, graph: str 
     """Optimise `spec` with `method` (naive, greedy, heuristic, random, sa or agent) within
     `budget` evaluations; see the module's docstring. `prefix` are moves already played from the
     spec (a derived file's): the search starts after them and the result's moves begin with them."""
-    if method not in PASSES and method not in METHODS and method != AGENT:
-        raise ValueError(f"unknown method `{method}`; expected one of {', '.join([*PASSES, *METHODS, AGENT])}")
+    if method not in methods.METHODS:
+        raise ValueError(f"unknown method `{method}`; expected one of {', '.join(methods.METHODS)}")
     if method == AGENT and checkpoint is None:
         from .perfllm.checkpoint import SHIPPED
 

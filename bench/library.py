@@ -8,7 +8,7 @@ ONNX Runtime and TVM MetaSchedule, each against the roofline bound of this machi
     python bench/library.py --convergence a.jsonl b.jsonl    # also plot best time against evaluations
 
 The machine's limits are measured again at the start (`runner.roofline.machine_limits(refresh=True)`). Per
-kernel: the roofline bound of the spec (`work`, `bound_s`), each peer's time (bench/peers: warm-up, then
+kernel: the roofline bound of the spec (`work`, `bound_s`), each peer's time (libgen/peers: warm-up, then
 repetitions on preallocated inputs until 0.5 s are timed, median, holding the runner's `bench.lock` as `dojo
 run` does; inputs `dojo_ir.random_inputs(spec, 0)`, as the runner's; the output checked against numpy in
 float64 within a relative 1e-3, else "wrong numbers") and PerfDojo's: the tuned program `DIR/<kernel>.dojo`
@@ -37,9 +37,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.peers import PEERS, Outcome, evaluate, reference, spec_of  # noqa: E402
 from dojo_ir import DojoError, load, random_inputs  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
+from libgen.peers import PEERS, Outcome, evaluate, reference, spec_of  # noqa: E402
+from runner.result import format_time  # noqa: E402
 from runner.roofline import bound_s, last_level_cache_bytes, machine_limits, work  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -189,16 +190,6 @@ def perfdojo(kernel: str, spec: Any, tuned_dir: Path | None) -> dict[str, Any]:
 # -- the report -------------------------------------------------------------------------------
 
 
-def fmt_time(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} us"
-
-
 def geomean(values: list[float]) -> float | None:
     values = [v for v in values if v and v > 0 and math.isfinite(v)]
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
@@ -209,7 +200,7 @@ def time_cells(row: dict[str, Any], key: str, columns: list[str], missing: str) 
     cells = []
     for name in columns:
         t = row[key].get(name)
-        cells.append(missing if t is None else f"{fmt_time(t)} ({t / row['bound_s']:.1f}x)")
+        cells.append(missing if t is None else f"{format_time(t)} ({t / row['bound_s']:.1f}x)")
     return cells
 
 
@@ -251,7 +242,7 @@ def report(rows: list[dict[str, Any]], peers: list[str], machine: Any, meta: dic
         if dojo.get("median_s") is not None and dojo["source"] != "tuned":
             cells[-1] += f" {dojo['source']}"
         shape = shape_words(row["shape"]) + (f" ({row['shape_change']})" if row["shape_change"] else "")
-        out.append(f"| {row['kernel']} | {shape} | {fmt_time(row['bound_s'])} | " + " | ".join(cells) + " |")
+        out.append(f"| {row['kernel']} | {shape} | {format_time(row['bound_s'])} | " + " | ".join(cells) + " |")
     line = ["geomean time / bound", "", ""]
     for name in columns:
         g = geomean([row["times"][name] / row["bound_s"] for row in rows if row["times"].get(name)])
@@ -263,7 +254,7 @@ def report(rows: list[dict[str, Any]], peers: list[str], machine: Any, meta: dic
         best.append(min(found) if found else None)
     out.append("")
     out.append("Best peer per kernel (what a tuned kernel must beat): " + ", ".join(
-        f"{row['kernel']} {b[1]} {fmt_time(b[0])} ({b[0] / row['bound_s']:.1f}x bound)"
+        f"{row['kernel']} {b[1]} {format_time(b[0])} ({b[0] / row['bound_s']:.1f}x bound)"
         for row, b in zip(rows, best, strict=True) if b is not None) + ".")
     out.append("")
 
@@ -548,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
             row["setup"][peer] = outcome.setup_s
             if not outcome.ok:
                 row["failures"][peer] = outcome.failure or "no time"
-            print(f"{kernel:11} {peer:14} {fmt_time(outcome.median_s) if outcome.ok else outcome.failure}"
+            print(f"{kernel:11} {peer:14} {format_time(outcome.median_s) if outcome.ok else outcome.failure}"
                   f"  (setup {outcome.setup_s:.1f} s)", flush=True)
         if args.no_perfdojo:
             row["perfdojo"] = {"source": "skipped"}
@@ -560,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
             row["setup"]["PerfDojo"] = dojo.get("compile_s", 0.0)
             if dojo.get("failure"):
                 row["failures"]["PerfDojo"] = f"{dojo['source']}: {dojo['failure']}"
-            print(f"{kernel:11} {'PerfDojo':14} {fmt_time(dojo.get('median_s')) if dojo.get('median_s') else dojo}"
+            print(f"{kernel:11} {'PerfDojo':14} {format_time(dojo.get('median_s')) if dojo.get('median_s') else dojo}"
                   f" ({dojo['source']})", flush=True)
         rows.append(row)
         del inputs, expected

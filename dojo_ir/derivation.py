@@ -17,10 +17,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .analysis import Analysis
+from .checker import check
 from .errors import NOWHERE, Diagnostic, DojoError
 from .moves import apply, why_not
+from .parser import parse
 from .paths import same_program, without_comments
 from .printer import body_lines, to_text
+from .source import read_source
 from .tree import Derivation, Program, walk_ops
 
 
@@ -39,6 +42,16 @@ def record(program: Program, moves: list[str], spec: str | None = None) -> Progr
 def spec_path(program: Program, file: Path) -> Path:
     assert program.derivation is not None
     return (file.parent / program.derivation.spec).resolve()
+
+
+def read_spec(program: Program, file: Path) -> Program | None:
+    """The spec that the derivation of `program`, read from `file`, names; None when it cannot be
+    read or is not a valid kernel (`derivation_diagnostics` says so)."""
+    try:
+        spec = parse(read_source(spec_path(program, file)))
+    except DojoError:
+        return None
+    return None if check(spec) else spec
 
 
 @dataclass(frozen=True)
@@ -80,6 +93,18 @@ def verify(program: Program, spec: Program) -> list[Diagnostic]:
     if same_program(derived, program):
         return []
     return [_first_difference(program, derived, states)]
+
+
+def derivation_diagnostics(program: Program, spec: Program | None) -> list[Diagnostic]:
+    """Where replaying the derivation of `program` on `spec` does not give `program` (none for a
+    program without a derivation); a warning when there is no spec (`read_spec` found none)."""
+    if program.derivation is None:
+        return []
+    if spec is None:
+        span = program.derivation.span or program.span
+        return [Diagnostic(span, f"cannot read the spec `{program.derivation.spec}` (or it is not a valid kernel), "
+                                 "so the derivation is not checked", "replay", "warning")] if span else []
+    return verify(program, spec)
 
 
 def _first_difference(program: Program, derived: Program, states: list[Program]) -> Diagnostic:

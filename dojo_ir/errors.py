@@ -41,3 +41,14 @@ class DojoError(Exception):
 
     def format(self, filename: str = "<input>") -> str:
         return "\n".join(d.format(filename) for d in self.diagnostics)
+
+
+# What the library may raise for input beyond its limits that its checks do not catch (a size that
+# overflows, memory that cannot be had, nesting too deep): bad input all the same, which the front
+# doors report with a position (`beyond_limits`), never as a traceback.
+LIMITS = (ArithmeticError, MemoryError, RecursionError, ValueError)
+
+
+def beyond_limits(error: BaseException, span: Span) -> Diagnostic:
+    """The diagnostic of one of LIMITS, raised while handling what starts at `span`."""
+    return Diagnostic(span, str(error) or type(error).__name__, "limit")

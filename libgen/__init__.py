@@ -9,7 +9,7 @@ shared library (csource.py), its header, a Python module (pymodule.py, the code 
 the manifest (manifest.py). docs/library.md describes the directory and every file in it.
 
 The layer sits between the agent and the server: it imports dojo_ir, codegen, runner and agent;
-server/cli.py imports it for `dojo library build`.
+server/commands/library.py imports it for `dojo library build`.
 """
 
 from __future__ import annotations

@@ -37,17 +37,18 @@ from typing import Any
 from agent.evaluate import read_log, replay_moves, text_hash
 from agent.passes import PASSES
 from agent.search import METHODS
-from agent.tune import AGENT, TuneProgress, tune
+from agent.tune import AGENT, GRAPH, TuneProgress, tune
 from codegen.targets import Target, get_target
 from dojo_ir import Program, to_text
 from runner.files import write_atomically
 from runner.local import LocalRunner, iterations
 from runner.measure import MIN_TIME_S, Runner
+from runner.result import format_time
 
 from . import csource
 from .cluster import Cluster
 from .kernels import IDENTIFIER, KernelSpec, LibraryError, check_names
-from .manifest import FORMAT, Tuned, entry, read_tuned, seconds, write_json
+from .manifest import FORMAT, Tuned, entry, read_tuned, write_json
 from .peers import peer_times
 from .pymodule import module_text
 
@@ -126,8 +127,8 @@ class _Plan:
 
         def progress(p: TuneProgress) -> None:
             speedup = "" if p.speedup is None else f" ({p.speedup:.2f}x)"
-            emit(BuildEvent(spec.name, "progress",
-                            f"{spec.name}: {p.evaluations}/{p.budget} evaluations, best {seconds(p.best_s)}{speedup}"))
+            emit(BuildEvent(spec.name, "progress", f"{spec.name}: {p.evaluations}/{p.budget} evaluations, "
+                            f"best {format_time(p.best_s)}{speedup}"))
 
         result = tune(spec.program, self.method, self.budget, spec_path=f"{spec.name}.spec.dojo",
                       graph=self.graph or "edges", target=self.target, runner=runner, time_limit_s=self.time_limit_s,
@@ -141,13 +142,13 @@ class _Plan:
         write_json(self.record_path(spec), tuned.to_json())
         speedup = "" if result.speedup is None else f", {result.speedup:.2f}x"
         emit(BuildEvent(spec.name, "tuned", f"{spec.name}: {self.method}: {len(result.moves)} moves, "
-                                            f"{seconds(result.spec_s)} -> {seconds(result.time_s)}{speedup} "
+                                            f"{format_time(result.spec_s)} -> {format_time(result.time_s)}{speedup} "
                                             f"after {result.evaluations} evaluations"))
         return tuned
 
 
 def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budget: int, name: str = "dojo",
-                  target: str = "native", graph: str = "edges", seed: int = 0, min_time_s: float = MIN_TIME_S,
+                  target: str = "native", graph: str = GRAPH, seed: int = 0, min_time_s: float = MIN_TIME_S,
                   time_limit_s: float | None = None, checkpoint: Path | None = None, runner: Runner | None = None,
                   cluster: Cluster | None = None, workers: int | None = None, peers: Sequence[str] = (),
                   on_event: Callable[[BuildEvent], None] | None = None,
@@ -155,7 +156,7 @@ def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budg
     """Tune `kernels` (skipping those already tuned in `out`) and write the library `name` into
     `out`; see the module's docstring. `runner` times evaluations (default: this machine's) unless
     `cluster` is given; `workers` caps the kernels tuned at once on the cluster. `peers` names the
-    peers to time for each library kernel (libgen/peers.py). Raises LibraryError for bad options or
+    peers to time for each library kernel (libgen/peers). Raises LibraryError for bad options or
     a library that does not build, KeyboardInterrupt after stopping the searches cleanly when
     interrupted (so is `should_stop`)."""
     if not IDENTIFIER.fullmatch(name) or keyword.iskeyword(name):
@@ -197,7 +198,7 @@ def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budg
             records[spec.name] = record = replace(record, peers=tuple({**dict(record.peers), **dict(times)}.items()))
             write_json(plan.record_path(spec), record.to_json())
             emit(BuildEvent(spec.name, "peers", f"{spec.name}: " + ", ".join(
-                f"{peer} {seconds(time_s)}" for peer, time_s in times)))
+                f"{peer} {format_time(time_s)}" for peer, time_s in times)))
 
     manifest = _write_library(plan, name, chosen, kernels, records)
     emit(BuildEvent("", "library", f"wrote {out / manifest['shared_library']}, {out / manifest['header']}, "

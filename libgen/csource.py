@@ -32,9 +32,10 @@ from codegen.c import generate_c, parameters
 from codegen.cexpr import buffer_var, c_type
 from codegen.targets import Target
 from dojo_ir import Program
+from runner.result import format_time
 
 from .kernels import LibraryError
-from .manifest import ALIGNMENT, seconds, workspace
+from .manifest import ALIGNMENT, workspace
 
 OK, ENOMEM, EALIGN = 0, 1, 2
 _TIMEOUT_S = 1800
@@ -136,7 +137,8 @@ def header(library: str, prefix: str, kernels: Sequence[Mapping[str, Any]]) -> s
             role = "input" if array["name"] in inputs else "output"
             doc.append(f" *   {_c_name(array['name'])}: {role}, {array['dtype']} {array['shape']}")
         doc.append(f" * Tuned for {kernel['target']} by {kernel['method']} (budget {kernel['budget']}, "
-                   f"{len(kernel['moves'])} moves): {seconds(kernel['spec_s'])} -> {seconds(kernel['time_s'])}. */")
+                   f"{len(kernel['moves'])} moves): {format_time(kernel['spec_s'])} -> "
+                   f"{format_time(kernel['time_s'])}. */")
         params = ", ".join(f"{'const ' if a['name'] in inputs else ''}{c_type(a['dtype'])} *{_c_name(a['name'])}"
                            for a in io)
         lines += [*doc, f"int {kernel['symbol']}({params});", ""]

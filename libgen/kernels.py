@@ -39,7 +39,7 @@ class LibraryError(Exception):
 class KernelSpec:
     """One kernel of a library. `text` is the spec's text; `prefix` the moves a derived file had
     already played from it; `library` and `shape` the library kernel and its sizes, when it is one
-    (the peers of bench/ know those); `origin` says where it came from, for messages."""
+    (the peers know those); `origin` says where it came from, for messages."""
 
     name: str
     text: str

@@ -138,16 +138,6 @@ def write_json(path: Path, data: Any) -> None:
     write_atomically(path, (text + "\n").encode())
 
 
-def seconds(value: float | None) -> str:
-    """A time for people: 1.23 ms, 456 us; - when unknown."""
-    if value is None:
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if value >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value * 1e9:.3g} ns"
-
-
 def entry(tuned: Tuned, program: Program, symbol: str, description: str, source: str) -> dict[str, Any]:
     """The manifest's record of one kernel: the tuning record, the function's interface and where
     its tuned program is."""

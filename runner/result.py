@@ -64,3 +64,14 @@ class RunResult:
     def failed(cls, target: str, error: str, repeats: int = 0, compile_s: float = 0.0) -> RunResult:
         """A run that produced no times."""
         return cls(target, None, None, None, repeats, compile_s, None, None, error)
+
+
+def format_time(seconds: float | None) -> str:
+    """A time for people, to 3 significant digits: 1.23 s, 45.6 ms, 789 µs, 12 ns; - when unknown.
+    Every front door and report writes times with this."""
+    if seconds is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"

@@ -26,7 +26,7 @@ from dojo_ir.library import KERNELS
 from dojo_ir.moves import apply, find
 from runner.local import LocalRunner
 from runner.measure import measure
-from runner.result import RunResult
+from runner.result import RunResult, format_time
 
 KERNEL = "softmax"
 ROWS, COLS = 4096, 512
@@ -97,7 +97,7 @@ def _agent(spec, runner: LocalRunner) -> None:
           f"{AGENT_STEPS} moves, measuring each (`dojo agent continue`):\n")
 
     def show(step: Step) -> None:
-        time_s = "failed" if step.time_s is None else f"{step.time_s * 1000:.2f} ms"
+        time_s = "failed" if step.time_s is None else format_time(step.time_s)
         print(f"  {step.index}. {step.move or 'stop':<46} {time_s}")
 
     result = continue_(spec, SHIPPED, AGENT_STEPS, Evaluator(spec, runner=runner), on_step=show)
@@ -109,7 +109,7 @@ def _report(result: RunResult) -> str:
     if result.error:
         return f"failed: {result.error}"
     verified = "verified" if result.verified else "NOT verified"
-    return (f"median {result.median_s * 1000:.2f} ms over {result.repeats} runs, compiled in {result.compile_s:.2f} s, "
+    return (f"median {format_time(result.median_s)} over {result.repeats} runs, compiled in {result.compile_s:.2f} s, "
             f"{verified} (max error {result.max_error:.1e})")
 
 

@@ -142,8 +142,8 @@ def test_the_agent_trains_and_plays_with_the_heuristic_pass_removed_from_the_ins
         return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True,
                               timeout=300)
 
-    logged = dojo("tune", str(softmax), "--method", "random", "--budget", "4", "--min-time", "0", "--out",
-                  str(tmp_path / "random.dojo"))
+    logged = dojo("tune", str(softmax), "--method", "random", "--graph", "edges", "--budget", "4", "--min-time", "0",
+                  "--out", str(tmp_path / "random.dojo"))
     assert logged.returncode == 0, logged.stderr
     run = tmp_path / "run"
     trained = without_passes("agent", "train", "--kernels", "relu", "softmax", "--shapes", "small", "--episodes", "2",

@@ -185,3 +185,11 @@ def test_the_final_measurement_picks_the_fastest_finalist() -> None:
     assert to_text(without_comments(second.program)) != lucky
     assert second.time_s is not None and second.time_s > first.time_s
     assert verify(second.program, spec) == []
+
+
+def test_a_search_walks_the_heuristic_graph_unless_told(tmp_path: Path) -> None:
+    spec, log = _spec(m=4, n=16), tmp_path / "log.jsonl"
+    untold = tune(spec, "sa", 3, spec_path="s.dojo", runner=FakeRunner(), log=log, final_min_time_s=0.0)
+    assert untold.graph == "heuristic" and read_log(log)[0]["graph"] == "heuristic"
+    told = tune(spec, "sa", 3, spec_path="s.dojo", runner=FakeRunner(), graph="edges", final_min_time_s=0.0)
+    assert told.graph == "edges"

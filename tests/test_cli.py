@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,7 +52,36 @@ def test_check_passes_a_valid_file_and_reports_an_unreadable_one(softmax: Path, 
     assert dojo("check", str(softmax)).returncode == 0
     missing = dojo("check", str(softmax), str(tmp_path / "missing.dojo"))
     assert missing.returncode == 1
-    assert "missing.dojo: error: cannot read" in missing.stderr
+    assert missing.stdout == f"{tmp_path / 'missing.dojo'}:1:1: error: cannot read: No such file or directory\n"
+
+
+def test_a_file_that_is_not_utf8_is_an_error_at_its_first_bad_byte(tmp_path: Path) -> None:
+    binary, torn = tmp_path / "image.dojo", tmp_path / "torn.dojo"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    torn.write_bytes(b"kernel k(x) -> y\nx f32 [4] h\xe9ap\n")
+    checked = dojo("check", str(binary), str(torn))
+    assert checked.returncode == 1
+    assert checked.stdout.splitlines() == [
+        f"{binary}:1:1: error: cannot read: not UTF-8 text (byte 0x89 at offset 0)",
+        f"{torn}:2:12: error: cannot read: not UTF-8 text (byte 0xe9 at offset 28)",
+    ]
+    for command in (["fmt"], ["moves"], ["codegen"], ["interp", "--seed", "0", "--out", str(tmp_path / "o.npz")]):
+        result = dojo(*command[:1], str(binary), *command[1:])
+        assert result.returncode == 1 and result.stderr.startswith(f"{binary}:1:1: error: cannot read"), command
+
+
+def test_check_verify_replays_derivations_as_the_language_server_does(tmp_path: Path) -> None:
+    from tests.lsp.fixtures import derived_file
+
+    derived = derived_file(tmp_path, "softmax", KERNELS["softmax"].small())
+    assert dojo("check", "--verify", str(derived)).returncode == 0
+    derived.write_text(derived.read_text().replace("\nx f32", "\nmove parallelize_scope(op=m#1, depth=0)\n\nx f32", 1))
+    ours = dojo("check", "--verify", str(derived))
+    assert ours.returncode == 1 and f"{derived}:" in ours.stdout and "the derivation gives" in ours.stdout
+    theirs = subprocess.run([sys.executable, "-m", "server.lsp", "--check", str(derived), "--verify"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert ours.stdout == theirs.stdout
+    assert dojo("check", str(derived)).returncode == 0  # without --verify the derivation is not replayed
 
 
 def test_fmt_prints_the_canonical_text_and_write_rewrites_the_file(tmp_path: Path) -> None:
@@ -104,6 +134,50 @@ def test_interp_rejects_inputs_of_the_wrong_shape(softmax: Path, tmp_path: Path)
     assert result.returncode == 1
     assert f"{softmax}:" in result.stderr and "x" in result.stderr
     assert not out.exists()
+
+
+def copy_kernel(dtype: str = "f32", extent: int = 4, output: str = "y", expression: str = "x[{0}]") -> str:
+    return (f"kernel k(x) -> {output}\n\nx {dtype} [{extent}] heap\n{output} {dtype} [{extent}] heap\n\n"
+            f"{extent} {output}[{{0}}] = {expression}\n")
+
+
+@pytest.mark.parametrize("why, text", [
+    ("an extent beyond what numpy can allocate", copy_kernel(extent=2**62)),
+    ("an integer literal beyond i32 in an i32 operation", copy_kernel("i32", expression="x[{0}] + 99999999999999")),
+    ("an array name too long for an .npz archive", copy_kernel(output="a" * 70_000)),
+])
+def test_interp_turns_what_cannot_be_computed_into_a_positioned_error(tmp_path: Path, why: str, text: str) -> None:
+    kernel, out = tmp_path / "k.dojo", tmp_path / "out.npz"
+    kernel.write_text(text)
+    result = dojo("interp", str(kernel), "--seed", "0", "--out", str(out))
+    assert result.returncode == 1, why
+    assert re.fullmatch(rf"{re.escape(str(kernel))}:\d+:\d+: error: .+\n", result.stderr), result.stderr[-400:]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", [["check"], ["fmt"], ["moves"], ["codegen"], ["interp", "--seed", "0", "--out"]])
+def test_a_kernel_nested_deeper_than_the_library_handles_is_a_positioned_error(tmp_path: Path,
+                                                                               command: list[str]) -> None:
+    deep = tmp_path / "deep.dojo"
+    expression = "x[{0}]"
+    for _ in range(2000):
+        expression = f"exp({expression})"
+    deep.write_text(copy_kernel(expression=expression))
+    result = dojo(command[0], str(deep), *command[1:], *([str(tmp_path / "o.npz")] if command[0] == "interp" else []))
+    assert "Traceback" not in result.stderr, result.stderr[-400:]
+    if result.returncode != 0:  # or the library learned to handle it
+        first = (result.stdout if command == ["check"] else result.stderr).splitlines()[0]
+        assert result.returncode == 1 and re.match(rf"{re.escape(str(deep))}:\d+:\d+: error: ", first), first
+
+
+def test_tune_searches_the_heuristic_graph_unless_told(tmp_path: Path) -> None:
+    from server.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["tune", "k.dojo", "--method", "sa", "-o", "o.dojo"]).graph == "heuristic"
+    assert parse(["tune", "k.dojo", "--method", "random", "--graph", "edges", "-o", "o.dojo"]).graph == "edges"
+    assert parse(["library", "build", "softmax", "--method", "sa", "-o", "lib"]).graph == "heuristic"
+    assert "heuristic (default)" in " ".join(dojo("tune", "--help").stdout.split())
 
 
 def test_kernels_lists_the_library_and_writes_one_at_a_chosen_shape(tmp_path: Path) -> None:

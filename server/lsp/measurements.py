@@ -13,17 +13,16 @@ hint refresh.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from dojo_ir import Program, to_text
-from dojo_ir.paths import without_comments
+from agent.evaluate import text_hash
+from dojo_ir import Program
 from runner.measure import measure
-from runner.result import RunResult
+from runner.result import RunResult, format_time
 from runner.roofline import MachineError, bound_s, machine_limits, work
 
 from .settings import Settings
@@ -54,8 +53,8 @@ class Measurement:
         if self.result.error is not None:
             return "failed" if self.result.verified is not False else "wrong results"
         if self.result.verified is False:
-            return f"{_duration(self.result.median_s)} · wrong results"
-        text = _duration(self.result.median_s)
+            return f"{format_time(self.result.median_s)} · wrong results"
+        text = format_time(self.result.median_s)
         if self.bound_s:
             text += f" · {self.result.median_s / self.bound_s:.1f}× bound"
         return text
@@ -70,28 +69,18 @@ class Measurement:
         assert r is not None
         if r.error is not None:
             return f"Measurement failed on `{r.target}`:\n\n```\n{r.error.strip()}\n```"
-        lines = [f"**{_duration(r.median_s)}** median of {r.repeats} runs on `{r.target}` "
-                 f"(min {_duration(r.min_s)}, max {_duration(r.max_s)})"]
+        lines = [f"**{format_time(r.median_s)}** median of {r.repeats} runs on `{r.target}` "
+                 f"(min {format_time(r.min_s)}, max {format_time(r.max_s)})"]
         if self.bound_s:
-            lines.append(f"roofline bound {_duration(self.bound_s)}: {r.median_s / self.bound_s:.2f}× the bound")
+            lines.append(f"roofline bound {format_time(self.bound_s)}: {r.median_s / self.bound_s:.2f}× the bound")
         verified = {True: f"verified against the spec (max error {r.max_error:.3g})" if r.max_error is not None
                     else "verified against the spec", False: "**differs from the spec**", None: "not verified"}
         lines.append(verified[r.verified])
         return "\n\n".join(lines)
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
-
-
 def key(program: Program, settings: Settings) -> str:
-    text = to_text(without_comments(program))
-    return hashlib.sha256(f"{settings.target}\0{settings.runner_url}\0{text}".encode()).hexdigest()
+    return f"{settings.target}\0{settings.runner_url}\0{text_hash(program)}"
 
 
 class Measurements:

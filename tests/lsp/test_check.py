@@ -27,7 +27,7 @@ def test_errors_are_printed_with_positions_and_fail(tmp_path: Path):
     assert done.returncode == 1
     lines = done.stdout.splitlines()
     assert lines[0].startswith(f"{bad}:4:20: error: unexpected end of line")
-    assert lines[1].startswith(f"{tmp_path / 'missing.dojo'}:1:1: error: cannot read")
+    assert lines[1] == f"{tmp_path / 'missing.dojo'}:1:1: error: cannot read: No such file or directory"
     assert "checked 3 files: errors" in done.stderr
 
 
@@ -96,12 +96,22 @@ def test_the_server_also_listens_on_tcp():
 
 
 def test_verify_compares_the_numbers_with_the_specs(tmp_path: Path):
-    from server.lsp.check import _same_numbers
-    from server.lsp.documents import Snapshot
+    from dojo_ir import load
+    from runner.check import same_numbers
 
+    spec = load(KERNELS["softmax"].small())
     derived = derived_file(tmp_path, "softmax", KERNELS["softmax"].small())
-    same = Snapshot(derived.as_uri(), None, derived.read_text())
-    assert list(_same_numbers(same)) == []
-    wrong = Snapshot(derived.as_uri(), None, derived.read_text().replace("] / s[", "] * s["))
-    [found] = _same_numbers(wrong)
+    assert same_numbers(load(derived.read_text()), spec) == []
+    [found] = same_numbers(load(derived.read_text().replace("] / s[", "] * s[")), spec)
     assert found.rule == "verify" and "outputs differ from the spec's" in found.message
+
+
+def test_a_kernel_nested_deeper_than_the_library_handles_is_a_positioned_error(tmp_path: Path):
+    deep = tmp_path / "deep.dojo"
+    expression = "x[{0}]"
+    for _ in range(2000):
+        expression = f"exp({expression})"
+    deep.write_text(f"kernel k(x) -> y\n\nx f32 [4] heap\ny f32 [4] heap\n\n4 y[{{0}}] = {expression}\n")
+    done = check(str(deep), "--verify")
+    assert "Traceback" not in done.stderr, done.stderr[-400:]
+    assert all(line.startswith(f"{deep}:") and ": error: " in line for line in done.stdout.splitlines())

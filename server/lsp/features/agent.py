@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pygls.exceptions import JsonRpcInvalidParams
 
 from dojo_ir import Program
+from runner.result import format_time
 
 from ..measurements import open_runner
 from ..progress import cancellable, progress
@@ -53,7 +54,7 @@ def register(server: DojoServer) -> None:
         loop = asyncio.get_running_loop()
         async with progress(ls, f"The agent plays {program.name} ({steps} moves)") as report:
             def on_step(step: Step) -> None:
-                time_s = "failed" if step.time_s is None else f"{step.time_s * 1e3:.3g} ms"
+                time_s = "failed" if step.time_s is None else format_time(step.time_s)
                 loop.call_soon_threadsafe(report, f"{step.index}/{steps}: {step.move or 'stop'} -> {time_s}",
                                           int(100 * step.index / steps))
 

@@ -14,7 +14,7 @@ from functools import lru_cache
 from lsprotocol import types as lsp
 
 from dojo_ir import Diagnostic, Program, load
-from dojo_ir.derivation import verify
+from dojo_ir.derivation import derivation_diagnostics as check_derivation
 
 from ..documents import Snapshot
 from ..server import DojoServer
@@ -78,15 +78,10 @@ def derivation_diagnostics(snapshot: Snapshot) -> list[Diagnostic]:
     program = snapshot.program
     if program is None or program.derivation is None:
         return []
-    spec = snapshot.spec
-    if spec is None:
-        span = program.derivation.span or program.span
-        return [Diagnostic(span, f"cannot read the spec `{program.derivation.spec}` (or it is not a valid kernel), "
-                                 "so the derivation is not checked", "replay", "warning")] if span else []
-    return list(_verified(snapshot.text, spec))
+    return list(_verified(snapshot.text, snapshot.spec))
 
 
 @lru_cache(maxsize=64)
-def _verified(text: str, spec: Program) -> tuple[Diagnostic, ...]:
+def _verified(text: str, spec: Program | None) -> tuple[Diagnostic, ...]:
     # keyed by the text, not the program: programs compare without their positions, diagnostics have them
-    return tuple(verify(load(text), spec))
+    return tuple(check_derivation(load(text), spec))

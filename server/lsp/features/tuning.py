@@ -20,19 +20,22 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
 
+from agent import methods
+from agent.methods import GRAPH, GRAPHS
+from runner.result import format_time
+
 from ..documents import file_path
 from ..measurements import open_runner
 from ..progress import cancellable, progress
 from ..server import DojoServer
 from .code_actions import moves_edit
 from .commands import apply_edit, argument, document_of
-from .vocabulary import tune_methods
 
 if TYPE_CHECKING:
     from agent.tune import TuneProgress, TuneResult
 
 TUNE = "dojo.tune"
-GRAPHS = ("edges", "heuristic")
+METHODS = tuple(m for m in methods.METHODS if m != methods.AGENT)  # the agent has commands of its own (agent.py)
 
 
 def register(server: DojoServer) -> None:
@@ -46,15 +49,15 @@ def register(server: DojoServer) -> None:
         method = options.get("method") or await _ask_method(ls)
         if method is None:
             return {"applied": False, "reason": "no method chosen"}
-        budget, graph = options.get("budget", ls.settings.tune_budget), options.get("graph", "edges")
-        if method not in tune_methods() or graph not in GRAPHS or not isinstance(budget, int) or budget < 1:
-            raise JsonRpcInvalidParams(f"{TUNE}: method is one of {', '.join(tune_methods())}, graph one of "
+        budget, graph = options.get("budget", ls.settings.tune_budget), options.get("graph", GRAPH)
+        if method not in METHODS or graph not in GRAPHS or not isinstance(budget, int) or budget < 1:
+            raise JsonRpcInvalidParams(f"{TUNE}: method is one of {', '.join(METHODS)}, graph one of "
                                        f"{', '.join(GRAPHS)}, budget a positive integer")
         stop = threading.Event()
         loop = asyncio.get_running_loop()
         async with progress(ls, f"Tuning {program.name} ({method}, {budget} evaluations)") as report:
             def on_progress(state: TuneProgress) -> None:
-                best = f"best {state.best_s * 1e3:.3g} ms, {state.speedup:.2f}x" if state.best_s and state.speedup \
+                best = f"best {format_time(state.best_s)}, {state.speedup:.2f}x" if state.best_s and state.speedup \
                     else "no verified program yet"
                 loop.call_soon_threadsafe(report, f"{state.evaluations}/{state.budget}: {best}",
                                           int(100 * state.evaluations / max(state.budget, 1)))
@@ -88,10 +91,10 @@ async def _ask_method(ls: DojoServer) -> str | None:
     """The method, chosen by the user from a message with one button per method."""
     window = ls.client_capabilities.window
     if not (window and window.show_message):
-        return tune_methods()[0]
+        return METHODS[0]
     chosen = await ls.window_show_message_request_async(lsp.ShowMessageRequestParams(
         type=lsp.MessageType.Info, message="PerfDojo: tune with which method?",
-        actions=[lsp.MessageActionItem(title=m) for m in tune_methods()]))
+        actions=[lsp.MessageActionItem(title=m) for m in METHODS]))
     return chosen.title if chosen is not None else None
 
 

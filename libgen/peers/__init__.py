@@ -1,6 +1,10 @@
 """The peers PerfDojo's library kernels are compared with: numpy, PyTorch eager, torch.compile (inductor),
 ONNX Runtime and TVM MetaSchedule, each computing exactly what the kernel's `.dojo` spec computes, at any shape.
 
+`dojo library build --peers` records their times in the library's manifest (`peer_times`), and
+bench/library.py compares PerfDojo with them. The peers other than numpy need the `bench` extra
+(torch, onnxruntime, apache-tvm); a peer whose package is missing is a failure with that reason.
+
 Each peer is a module with `NAME` and `build(kernel, shape, inputs, **options) -> Prepared`: whatever setup
 the peer needs (graph construction, compilation, tuning), then `Prepared.run()` runs the kernel once on
 inputs the peer holds (preallocated, the same values for every peer: `dojo_ir.random_inputs(spec, seed)`),
@@ -22,7 +26,7 @@ import importlib
 import statistics
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import cache
@@ -30,8 +34,12 @@ from typing import Any
 
 import numpy as np
 
+from codegen.build import default_cache_dir
 from dojo_ir import Program, load, random_inputs
 from dojo_ir.library import KERNELS
+from runner.files import exclusive
+
+from ..kernels import KernelSpec, LibraryError
 
 THREADS = 2
 # module names, in the order the tables show them
@@ -42,6 +50,7 @@ PEERS: dict[str, str] = {
     "onnxruntime": "ort_peer",
     "tvm": "tvm_peer",
 }
+DEFAULT = ("numpy", "torch", "torch.compile", "onnxruntime")  # what `--peers` alone times
 RTOL = 1e-3
 FRESH_SEED = 1  # the other input values that refreshing alternates with the given ones
 
@@ -205,3 +214,25 @@ def evaluate(peer: str, kernel: str, shape: dict[str, int], inputs: dict[str, np
     except Exception as error:  # noqa: BLE001
         outcome.failure = f"exception while timing: {_reason(error)}"
     return outcome
+
+
+def peer_times(spec: KernelSpec, peers: Sequence[str], min_time_s: float = 0.5) -> tuple[tuple[str, float | None], ...]:
+    """Each of `peers`' median time on the library kernel `spec` (None where it failed or gave other
+    numbers than the float64 reference); () for a kernel of a file, which has no peer. Each is timed on
+    this machine with fresh inputs for at least `min_time_s`, holding the runner's whole-machine lock
+    (runner/local.py)."""
+    unknown = [p for p in peers if p not in PEERS]
+    if unknown:
+        raise LibraryError(f"unknown peer {', '.join(unknown)}; the peers are {', '.join(PEERS)}")
+    if spec.library is None:
+        return ()
+    shape = dict(spec.shape)
+    inputs = random_inputs(spec.program, 0)
+    expected = reference(spec.library, inputs)
+    lock = default_cache_dir() / "bench.lock"
+    times = []
+    for peer in peers:
+        outcome = evaluate(peer, spec.library, shape, inputs, expected, min_time_s=min_time_s,
+                           lock=lambda: exclusive(lock))
+        times.append((peer, outcome.median_s if outcome.ok else None))
+    return tuple(times)

@@ -1,0 +1,82 @@
+"""What the commands share: reading `.dojo` files, turning bad input into `FILE:LINE:COL: error:
+MESSAGE`, the runner's options, and where a search starts from a file."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from dojo_ir import DojoError, Program, load
+from dojo_ir.derivation import spec_path
+from dojo_ir.errors import LIMITS, beyond_limits
+from dojo_ir.source import decode, read_source
+from dojo_ir.tree import Span
+
+
+class CommandError(Exception):
+    """A problem to print and exit 1 with: bad input, a missing file, a bad option."""
+
+
+@contextmanager
+def reporting(path: str, where: Span | None = None) -> Iterator[None]:
+    """Turn what goes wrong with the input `path` inside the block into a CommandError: a DojoError
+    at its own position, anything else of LIMITS at `where` (default line 1, column 1)."""
+    try:
+        yield
+    except DojoError as error:
+        raise CommandError(error.format(path)) from None
+    except LIMITS as error:
+        raise CommandError(beyond_limits(error, where or Span(1, 1, 1, 1)).format(path)) from None
+
+
+def read(path: str) -> str:
+    """The text of the `.dojo` file `path` (- for standard input)."""
+    with reporting(path):
+        return decode(sys.stdin.buffer.read()) if path == "-" else read_source(Path(path))
+
+
+def load_file(path: str) -> Program:
+    """The program in the `.dojo` file `path`, parsed and checked."""
+    text = read(path)
+    with reporting(path):
+        return load(text)
+
+
+def start(program: Program, path: str) -> tuple[Program, list[str], Path]:
+    """Where a search or the agent starts from the file at `path`: its spec, the moves already
+    played (a derived file's, kept as the prefix of every candidate) and the spec's file."""
+    if program.derivation is None:
+        return program, [], Path(path).resolve()
+    spec_file = spec_path(program, Path(path))
+    return load_file(str(spec_file)), list(program.derivation.moves), spec_file
+
+
+def not_the_spec(out: Path | None, spec_file: Path, command: str) -> None:
+    """Refuse to write a derived program over the spec its derivation names: the spec would be lost
+    and the file would no longer replay."""
+    if out is not None and out.resolve() == spec_file:
+        raise CommandError(f"{out}: error: dojo {command}: this file is the spec of the result; write the result to "
+                           "another file with --out")
+
+
+def add_runner_options(parser: argparse.ArgumentParser, target: str = "a target") -> None:
+    """--target, --runner and --token-file: what a command's programs are built for, and where they
+    are built and timed."""
+    parser.add_argument("--target", default="native", metavar="T", help=f"{target} (default: native)")
+    parser.add_argument("--runner", metavar="URL", help="a runner service (default: $DOJO_RUNNER_URL, else this "
+                        "machine)")
+    parser.add_argument("--token-file", metavar="F", help="the service's token (default: $DOJO_RUNNER_TOKEN)")
+
+
+def runner_for(args: argparse.Namespace, command: str):
+    """The runner `--runner`/$DOJO_RUNNER_URL names, or this machine's; a context manager."""
+    from runner.client import RunnerError, connect  # imported here, as the build machinery is where it runs
+
+    try:
+        return connect(args.runner or os.environ.get("DOJO_RUNNER_URL"), args.token_file)
+    except RunnerError as error:
+        raise CommandError(f"dojo {command}: error: {error}") from None
