@@ -14,3 +14,5 @@ METHODS = ("heuristic", "sa", "random", "greedy", "naive", AGENT)
 # research and for the agent, which always plays it.
 GRAPHS = ("heuristic", "edges")
 GRAPH = GRAPHS[0]
+# What needs nothing but a budget: the editor's `dojo.tune` offers these (the agent has commands of its own).
+TUNE_METHODS = tuple(m for m in METHODS if m != AGENT)

@@ -40,10 +40,7 @@ def test_a_program_has_one_hash_of_its_text() -> None:
 
 def test_the_methods_and_graphs_have_one_source() -> None:
     from server.cli import build_parser
-    from server.lsp.features.tuning import METHODS
-
     tune = build_parser()._subparsers._group_actions[0].choices["tune"]
     choices = {a.dest: a.choices for a in tune._actions if a.choices}
     assert tuple(choices["method"]) == methods.METHODS and tuple(choices["graph"]) == methods.GRAPHS
     assert set(methods.METHODS) == {*methods.PASSES, *methods.SEARCHES, methods.AGENT}
-    assert METHODS == tuple(m for m in methods.METHODS if m != methods.AGENT)

@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
 
-from agent import methods
-from agent.methods import GRAPH, GRAPHS
+from agent.methods import GRAPH, GRAPHS, TUNE_METHODS
 from runner.result import format_time
 
 from ..documents import file_path
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
     from agent.tune import TuneProgress, TuneResult
 
 TUNE = "dojo.tune"
-METHODS = tuple(m for m in methods.METHODS if m != methods.AGENT)  # the agent has commands of its own (agent.py)
 
 
 def register(server: DojoServer) -> None:
@@ -50,8 +48,8 @@ def register(server: DojoServer) -> None:
         if method is None:
             return {"applied": False, "reason": "no method chosen"}
         budget, graph = options.get("budget", ls.settings.tune_budget), options.get("graph", GRAPH)
-        if method not in METHODS or graph not in GRAPHS or not isinstance(budget, int) or budget < 1:
-            raise JsonRpcInvalidParams(f"{TUNE}: method is one of {', '.join(METHODS)}, graph one of "
+        if method not in TUNE_METHODS or graph not in GRAPHS or not isinstance(budget, int) or budget < 1:
+            raise JsonRpcInvalidParams(f"{TUNE}: method is one of {', '.join(TUNE_METHODS)}, graph one of "
                                        f"{', '.join(GRAPHS)}, budget a positive integer")
         stop = threading.Event()
         loop = asyncio.get_running_loop()
@@ -91,10 +89,10 @@ async def _ask_method(ls: DojoServer) -> str | None:
     """The method, chosen by the user from a message with one button per method."""
     window = ls.client_capabilities.window
     if not (window and window.show_message):
-        return METHODS[0]
+        return TUNE_METHODS[0]
     chosen = await ls.window_show_message_request_async(lsp.ShowMessageRequestParams(
         type=lsp.MessageType.Info, message="PerfDojo: tune with which method?",
-        actions=[lsp.MessageActionItem(title=m) for m in METHODS]))
+        actions=[lsp.MessageActionItem(title=m) for m in TUNE_METHODS]))
     return chosen.title if chosen is not None else None
 
 
