@@ -219,10 +219,15 @@ class Analysis:
         named in `private` are compared by logical element, not stored slot:
         the caller gives each iteration its own copy of them."""
         buffer_of = self.program.buffer_of
+        # Only accesses of one buffer can conflict: pairing each access with those of its own buffer
+        # keeps a scope of many operations (a fission's two parts) from pairing every access with every other.
+        by_buffer: dict[str, list[Touch]] = {}
+        for b in second:
+            by_buffer.setdefault(buffer_of[b.access.array].name, []).append(b)
         for a in first:
             buffer = buffer_of[a.access.array]
-            for b in second:
-                if not (a.write or b.write) or buffer_of[b.access.array] is not buffer:
+            for b in by_buffer.get(buffer.name, ()):
+                if not (a.write or b.write):
                     continue
                 if reorderable_reductions and _same_reduction(a, b):
                     continue
