@@ -4,6 +4,12 @@ A `Snapshot` is immutable: the text of a version and everything derived from
 it (the program, its diagnostics, the legal moves), computed once, on demand.
 Features read a snapshot and never the live document, so a request answers
 about one version even while edits arrive; a change makes a new snapshot.
+The server computes what grows with the text (`analyse`, `moves_at`) off its
+event loop.
+
+A text of more than MAX_CHARS characters is not analysed: it gets one error
+saying so, as a kernel is a few kilobytes, and checking megabytes would hold a
+core for minutes at every keystroke.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from dojo_ir.parser import classify
 from dojo_ir.tree import Span
 
 from .edits import lines_of, units
+
+MAX_CHARS = 1_000_000
 
 
 def file_path(uri: str) -> Path | None:
@@ -62,7 +70,19 @@ class Snapshot:
 
     @cached_property
     def _diagnosed(self) -> tuple[Program | None, list[Diagnostic]]:
+        if len(self.text) > MAX_CHARS:
+            return None, [Diagnostic(Span(1, 1, 1, 1), f"the document has {len(self.text):,} characters; the "
+                                     f"language server analyses documents of up to {MAX_CHARS:,}", "size")]
         return diagnose(self.text)
+
+    def analyse(self) -> None:
+        """Parse and check the text and label its operations: what every request needs first."""
+        if self.analysis is not None:
+            self.analysis.sites  # noqa: B018 (computed now, and kept)
+
+    @property
+    def analysed(self) -> bool:
+        return "_diagnosed" in self.__dict__ and (self.analysis is None or "sites" in vars(self.analysis))
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
