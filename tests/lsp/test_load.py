@@ -1,0 +1,58 @@
+"""The server under load: a big document is parsed and checked off the event loop, which goes on
+answering requests about the others meanwhile, and a huge one meets a stated limit."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from lsprotocol import types as lsp
+
+from dojo_ir.library import KERNELS
+from server.lsp.documents import MAX_CHARS
+
+
+def chain(operations: int) -> str:
+    """A valid kernel of `operations` operations, each on its own two scopes: 2 lines each."""
+    lines = [f"kernel chain(x) -> y{operations - 1}", "", "x f32 [64, 32] heap"]
+    lines += [f"y{i} f32 [64, 32] heap" for i in range(operations)]
+    lines.append("")
+    previous = "x"
+    for i in range(operations):
+        lines.append(f"64 32 y{i}[{{0}},{{1}}] = exp({previous}[{{0}},{{1}}])")
+        previous = f"y{i}"
+    return "\n".join(lines) + "\n"
+
+
+async def published(editor, uri: str, timeout_s: float = 120) -> lsp.PublishDiagnosticsParams:
+    async with asyncio.timeout(timeout_s):
+        while uri not in editor.published:
+            await asyncio.sleep(0.01)
+    return editor.published[uri]
+
+
+def symbols(editor, uri: str):
+    return editor.client.text_document_document_symbol_async(lsp.DocumentSymbolParams(
+        text_document=lsp.TextDocumentIdentifier(uri=uri)))
+
+
+async def test_requests_about_a_small_document_are_answered_while_a_big_one_is_checked(editor, tmp_path: Path):
+    small = editor.open(tmp_path / "relu.dojo", KERNELS["relu"].small())
+    await published(editor, small)
+    big = editor.open(tmp_path / "big.dojo", chain(2000))  # 4,004 lines: seconds to check
+    await asyncio.sleep(0.05)  # its analysis is under way
+    found = await symbols(editor, small)
+    assert found[0].name == "relu"
+    assert big not in editor.published, "the small document waited for the big one's check"
+    assert not (await published(editor, big)).diagnostics
+    assert (await symbols(editor, big))[0].name == "chain"
+
+
+async def test_a_document_beyond_the_size_limit_gets_one_error_and_no_analysis(editor, tmp_path: Path):
+    text = KERNELS["relu"].small() + "# padding\n" * (MAX_CHARS // 10)
+    uri = editor.open(tmp_path / "huge.dojo", text)
+    diagnostics = (await published(editor, uri, timeout_s=10)).diagnostics
+    assert [(d.range.start.line, d.range.start.character, d.message) for d in diagnostics] == [
+        (0, 0, f"the document has {len(text):,} characters; the language server analyses documents of up to "
+               f"{MAX_CHARS:,}")]
+    assert await asyncio.wait_for(symbols(editor, uri), 5) == []
