@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -64,40 +63,53 @@ class Snapshot:
     text: str
     encoding: str = "utf-16"  # what LSP columns count, as negotiated with the client
     lines: list[str] = field(init=False, repr=False)
+    # (program, diagnostics, analysis) once analysed. Not cached_property's: in Python 3.11 its lock is
+    # one for all instances, so the analysis of a big document would hold up every other document's.
+    _analysed: tuple[Program | None, list[Diagnostic], Analysis | None] | None = field(default=None, init=False,
+                                                                                      repr=False)
+    _moves_at: dict[tuple[int, int], list[Move]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lines", [line.rstrip("\r\n") for line in lines_of(self.text)])
 
-    @cached_property
-    def _diagnosed(self) -> tuple[Program | None, list[Diagnostic]]:
-        if len(self.text) > MAX_CHARS:
-            return None, [Diagnostic(Span(1, 1, 1, 1), f"the document has {len(self.text):,} characters; the "
-                                     f"language server analyses documents of up to {MAX_CHARS:,}", "size")]
-        return diagnose(self.text)
-
     def analyse(self) -> None:
-        """Parse and check the text and label its operations: what every request needs first."""
-        if self.analysis is not None:
-            self.analysis.sites  # noqa: B018 (computed now, and kept)
+        """Parse and check the text and label its operations, once: what every request needs first."""
+        if self._analysed is not None:
+            return
+        if len(self.text) > MAX_CHARS:
+            program, diagnostics = None, [Diagnostic(Span(1, 1, 1, 1), f"the document has {len(self.text):,} "
+                                                     "characters; the language server analyses documents of up to "
+                                                     f"{MAX_CHARS:,}", "size")]
+        else:
+            program, diagnostics = diagnose(self.text)
+        valid = None if any(d.severity == "error" for d in diagnostics) else program
+        analysis = Analysis(valid) if valid is not None else None
+        if analysis is not None:
+            analysis.sites  # noqa: B018 (computed now, and kept)
+        object.__setattr__(self, "_analysed", (valid, diagnostics, analysis))
 
     @property
     def analysed(self) -> bool:
-        return "_diagnosed" in self.__dict__ and (self.analysis is None or "sites" in vars(self.analysis))
+        return self._analysed is not None
+
+    def _facts(self) -> tuple[Program | None, list[Diagnostic], Analysis | None]:
+        self.analyse()
+        assert self._analysed is not None
+        return self._analysed
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
-        return self._diagnosed[1]
+        return self._facts()[1]
 
     @property
     def program(self) -> Program | None:
         """The program, only when the text has no error: moves, code and
         measurements are about valid programs."""
-        program, diagnostics = self._diagnosed
-        return None if any(d.severity == "error" for d in diagnostics) else program
+        return self._facts()[0]
 
-    @cached_property
+    @property
     def analysis(self) -> Analysis | None:
-        return Analysis(self.program) if self.program is not None else None
+        return self._facts()[2]
 
     def moves_at(self, first_line: int, last_line: int) -> list[Move]:
         """The legal moves whose node covers any of the 1-based lines
@@ -119,10 +131,6 @@ class Snapshot:
             known = self._moves_at[(first_line, last_line)] = sorted(find(analysis.program, analysis, covers),
                                                                     key=size)
         return known
-
-    @cached_property
-    def _moves_at(self) -> dict[tuple[int, int], list[Move]]:
-        return {}
 
     def range_of(self, span: Span) -> lsp.Range:
         return lsp.Range(start=self.position(span.line, span.col), end=self.position(span.end_line, span.end_col))

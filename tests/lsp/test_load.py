@@ -37,13 +37,14 @@ def symbols(editor, uri: str):
 
 
 async def test_requests_about_a_small_document_are_answered_while_a_big_one_is_checked(editor, tmp_path: Path):
-    small = editor.open(tmp_path / "relu.dojo", KERNELS["relu"].small())
-    await published(editor, small)
+    known = editor.open(tmp_path / "relu.dojo", KERNELS["relu"].small())
+    await published(editor, known)
     big = editor.open(tmp_path / "big.dojo", chain(2000))  # 4,004 lines: seconds to check
     await asyncio.sleep(0.05)  # its analysis is under way
-    found = await symbols(editor, small)
-    assert found[0].name == "relu"
-    assert big not in editor.published, "the small document waited for the big one's check"
+    assert (await symbols(editor, known))[0].name == "relu"
+    new = editor.open(tmp_path / "add.dojo", KERNELS["add"].small())  # analysed beside the big one
+    assert (await symbols(editor, new))[0].name == "add"
+    assert big not in editor.published, "the small documents waited for the big one's check"
     assert not (await published(editor, big)).diagnostics
     assert (await symbols(editor, big))[0].name == "chain"
 
