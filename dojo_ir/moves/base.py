@@ -131,7 +131,16 @@ class Analysis:
 
     def first_site(self, path: Path) -> Site:
         """The first operation (in execution order) inside the node at `path`."""
-        return next(s for s in self.sites if s.path[: len(path)] == path)
+        return self._first_sites[path]
+
+    @cached_property
+    def _first_sites(self) -> dict[Path, Site]:
+        # every candidate of every move names its node by its first operation: looked up, not searched
+        first: dict[Path, Site] = {}
+        for site in self.sites:
+            for depth in range(1, len(site.path) + 1):
+                first.setdefault(site.path[:depth], site)
+        return first
 
     def locate(self, path: Path) -> tuple[str, int | None]:
         """How a move names the node at `path`: (op label, depth or None for an op)."""
