@@ -71,6 +71,7 @@ from parse_speed import two_hundred_lines  # noqa: E402
 from dojo_ir import load  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
 from dojo_ir.moves import Analysis, find  # noqa: E402
+from server.lsp.features.code_actions import FIRST_ANSWER_S  # noqa: E402
 from server.lsp.ratings import QUIET_S  # noqa: E402
 
 ROUNDS = 5
@@ -195,23 +196,25 @@ async def actions_after_edits(session: Session, path: Path, text: str) -> dict:
     await asyncio.sleep(QUIET_S + 1.0)  # with the ranking, the opened version's rating is under way: the worst case
     lines = text.splitlines()
     targets = [i for i, line in enumerate(lines) if "0.5" in line]
-    first, others, answered_ranked = [], [], 0
+    first, others, answered_ranked, complete = [], [], 0, 0
     for k in range(EDITS_THEN_ACTIONS):
         line = targets[k % len(targets)]
         lines[line] = lines[line].replace("0.5", f"0.{k + 600}", 1)
         session.client.text_document_did_change(lsp.DidChangeTextDocumentParams(
             text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=k + 2),
             content_changes=[lsp.TextDocumentContentChangeWholeDocument(text="\n".join(lines) + "\n")]))
-        elapsed, found = await session.actions(uri, line)
-        assert found, line
+        elapsed, at_once = await session.actions(uri, line)
         first.append(elapsed)
-        answered_ranked += ranked(found)
+        answered_ranked += ranked(at_once)
         for j in range(1, OTHERS + 1):
             elapsed, found = await session.actions(uri, (line + 9 * j) % len(lines))
             others.append(elapsed)
             answered_ranked += ranked(found)
+        _, every = await session.actions(uri, line)  # by now the listing at the edited line is complete
+        assert every and {a.data["move"] for a in at_once} <= {a.data["move"] for a in every}, line
+        complete += len(at_once) == len(every)
     session.close(uri)
-    return {"first": first, "others": others, "ranked": answered_ranked}
+    return {"first": first, "others": others, "ranked": answered_ranked, "complete": complete}
 
 
 def chain(operations: int) -> str:
@@ -381,7 +384,10 @@ def report(figures: dict) -> str:
             "", "## The first `textDocument/codeAction` after a one-line edit of the 200-line file", "",
             f"{len(first)} valid edits (another constant), each followed at once by a code-action "
             "request at the edited line: the new version is checked and its moves at the line listed anew, off "
-            "the server's event loop, which answers other requests meanwhile.", "",
+            "the server's event loop, which answers other requests meanwhile. The answer comes within "
+            f"{FIRST_ANSWER_S * 1000:.0f} ms of the check with the moves found legal by then (innermost node first), "
+            "and the listing goes on for the next request: "
+            f"{figures['after_edits']['complete']} of {len(first)} first answers had every move.", "",
             "| requests | median | p95 | max |", "|---|---|---|---|",
             f"| {len(first)} | {statistics.median(first) * 1000:.0f} ms "
             f"| {percentile(first, 0.95) * 1000:.0f} ms | {max(first) * 1000:.0f} ms |", "",

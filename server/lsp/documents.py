@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -25,7 +26,7 @@ from lsprotocol import types as lsp
 from dojo_ir import DojoError, Program, diagnose, load
 from dojo_ir.derivation import spec_path
 from dojo_ir.errors import Diagnostic
-from dojo_ir.moves import Analysis, Move, find
+from dojo_ir.moves import KINDS, Analysis, Move
 from dojo_ir.moves.base import Path as TreePath
 from dojo_ir.parser import classify
 from dojo_ir.tree import Span
@@ -56,6 +57,14 @@ def character_column(line: str, character: int, encoding: str) -> int:
     return len(line) + 1
 
 
+@dataclass
+class _Listing:
+    """The legal moves at a range of lines, as they are found."""
+
+    moves: list[Move] = field(default_factory=list)
+    complete: bool = False
+
+
 @dataclass(frozen=True, eq=False)
 class Snapshot:
     uri: str
@@ -67,7 +76,8 @@ class Snapshot:
     # one for all instances, so the analysis of a big document would hold up every other document's.
     _analysed: tuple[Program | None, list[Diagnostic], Analysis | None] | None = field(default=None, init=False,
                                                                                       repr=False)
-    _moves_at: dict[tuple[int, int], list[Move]] = field(default_factory=dict, init=False, repr=False)
+    _moves_at: dict[tuple[int, int], _Listing] = field(default_factory=dict, init=False, repr=False)
+    _listing: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lines", [line.rstrip("\r\n") for line in lines_of(self.text)])
@@ -114,12 +124,19 @@ class Snapshot:
     def moves_at(self, first_line: int, last_line: int) -> list[Move]:
         """The legal moves whose node covers any of the 1-based lines
         `first_line..last_line`, innermost node first (none for an invalid
-        text). Remembered per range: a cursor that stays costs nothing."""
+        text). Remembered per range: a cursor that stays costs nothing.
+        They are checked innermost node first, and `moves_known_at` tells
+        those found so far; one listing at a time, so that a second request
+        for the range finds the first's."""
         analysis = self.analysis
         if analysis is None:
             return []
-        known = self._moves_at.get((first_line, last_line))
-        if known is None:
+        with self._listing:
+            listing = self._moves_at.get((first_line, last_line))
+            if listing is not None and listing.complete:
+                return listing.moves
+            listing = self._moves_at[(first_line, last_line)] = _Listing()
+
             def covers(move: Move) -> bool:
                 lines = analysis.lines(move)
                 return lines is not None and lines[0] <= last_line and first_line <= lines[1]
@@ -128,9 +145,17 @@ class Snapshot:
                 first, last = analysis.lines(move)
                 return last - first
 
-            known = self._moves_at[(first_line, last_line)] = sorted(find(analysis.program, analysis, covers),
-                                                                    key=size)
-        return known
+            placed = [(kind, move) for kind in KINDS.values() for move in analysis.candidates(kind) if covers(move)]
+            for kind, move in sorted(placed, key=lambda placed: size(placed[1])):
+                if analysis.legal(kind, move):
+                    listing.moves.append(move)
+            listing.complete = True
+            return listing.moves
+
+    def moves_known_at(self, first_line: int, last_line: int) -> list[Move]:
+        """The moves `moves_at` has found so far for that range: the first of its answer."""
+        listing = self._moves_at.get((first_line, last_line))
+        return [] if listing is None else list(listing.moves)
 
     def range_of(self, span: Span) -> lsp.Range:
         return lsp.Range(start=self.position(span.line, span.col), end=self.position(span.end_line, span.end_col))

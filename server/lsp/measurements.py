@@ -19,6 +19,7 @@ the CPU lock of the runner is released after its process is gone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import threading
@@ -149,7 +150,9 @@ class Measurements:
                 except asyncio.CancelledError:
                     stop.set()
                     # the lock is held until the runner has stopped: its process is gone, its CPUs are free
-                    await asyncio.wait([work])
+                    while not work.done():
+                        with contextlib.suppress(asyncio.CancelledError):  # cancelled again: it is stopping
+                            await asyncio.wait([work])
                     raise
         except asyncio.CancelledError:
             if self._known.get(slot) is not None and self._known[slot].pending:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from lsprotocol import types as lsp
 
+from bench.parse_speed import two_hundred_lines
 from dojo_ir.library import KERNELS
-from server.lsp.documents import MAX_CHARS
+from server.lsp.documents import MAX_CHARS, Snapshot
 
 
 def chain(operations: int) -> str:
@@ -57,3 +58,22 @@ async def test_a_document_beyond_the_size_limit_gets_one_error_and_no_analysis(e
         (0, 0, f"the document has {len(text):,} characters; the language server analyses documents of up to "
                f"{MAX_CHARS:,}")]
     assert await asyncio.wait_for(symbols(editor, uri), 5) == []
+
+
+
+async def test_code_actions_after_an_edit_list_legal_moves_innermost_first_until_they_have_them_all(editor,
+                                                                                                   tmp_path: Path):
+    uri = editor.open(tmp_path / "chain.dojo", two_hundred_lines())
+    await published(editor, uri)
+    lines = two_hundred_lines().splitlines()
+    line = next(i for i, text in enumerate(lines) if "0.5" in text)
+    lines[line] = lines[line].replace("0.5", "0.75", 1)
+    editor.replace(uri, "\n".join(lines) + "\n")
+    every = [str(m) for m in Snapshot(uri, 2, editor.texts[uri]).moves_at(line + 1, line + 1)]
+    async with asyncio.timeout(60):
+        while True:
+            listed = [a.data["move"] for a in await editor.actions(uri, line)]
+            assert listed == every[: len(listed)]  # each legal in the new version, innermost node first
+            if len(listed) == len(every):
+                break
+            await asyncio.sleep(0.01)

@@ -5,7 +5,13 @@ version's moves in the background (`ratings.py`, `dojo.agent.rankQuickFixes`),
 best predicted speed-up first, the best one preferred and its title showing
 the prediction. Listing never waits for the agent.
 
-Listing is cheap (the snapshot's moves, computed once per version); the edit
+The moves are listed off the event loop, once per version and range. The
+first listing after an edit checks every move around the cursor anew, which
+for a big scope's many fissions takes longer than an editor should wait: a
+request answers within FIRST_ANSWER_S with the moves found legal by then,
+innermost node first, and the listing goes on, so that the next request
+(the editor asks again as the cursor moves) has them all. Every move listed
+is legal in the version it is listed for. The edit
 is computed only when the client resolves the action, and refused with
 ContentModified if the document moved on since the list was made, so an edit
 is never applied to a text it was not computed for. Clients that cannot
@@ -14,6 +20,7 @@ resolve get the edits in the list.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -29,6 +36,7 @@ from ..requests import moves_edit, snapshot_of
 from ..server import DojoServer
 
 KIND = lsp.CodeActionKind.QuickFix
+FIRST_ANSWER_S = 0.05
 
 
 def register(server: DojoServer) -> None:
@@ -41,8 +49,11 @@ def register(server: DojoServer) -> None:
         start, end = params.range.start, params.range.end
         last = end.line if end.character > 0 or end.line == start.line else end.line - 1
         ratings = ls.ratings.request(snapshot, ls.settings)
-        return await ls.off_loop(actions, f"code actions of {snapshot.name}", ls, snapshot, start.line + 1,
-                                 last + 1, ratings)
+        first, last = start.line + 1, last + 1
+        listing = ls.off_loop(snapshot.moves_at, f"moves of {snapshot.name}", first, last)
+        done, _ = await asyncio.wait([listing], timeout=FIRST_ANSWER_S)
+        moves = listing.result() if done else snapshot.moves_known_at(first, last)
+        return await ls.off_loop(actions, f"code actions of {snapshot.name}", ls, snapshot, moves, ratings)
 
     @server.feature(lsp.CODE_ACTION_RESOLVE)
     async def resolve(ls: DojoServer, code_action: lsp.CodeAction) -> lsp.CodeAction:
@@ -66,11 +77,10 @@ def title(move: Move) -> str:
     return f"{KINDS[move.name].TITLE} — {move}"
 
 
-def actions(ls: DojoServer, snapshot: Snapshot, first_line: int, last_line: int,
-            ratings: Mapping[str, float] | None) -> list[lsp.CodeAction]:
-    """The quick-fixes of the moves at lines `first_line..last_line`, ranked when `ratings` are known."""
+def actions(ls: DojoServer, snapshot: Snapshot, moves: list[Move], ratings: Mapping[str, float] | None
+            ) -> list[lsp.CodeAction]:
+    """The quick-fixes of `moves`, ranked when `ratings` are known."""
     lazy = _resolves_edits(ls)
-    moves = snapshot.moves_at(first_line, last_line)
     if not ratings:
         return [action(ls, snapshot, move, lazy) for move in moves]
     return [action(ls, snapshot, move, lazy, ratings.get(str(move)) if i == 0 else None)
