@@ -4,13 +4,16 @@ answering requests about the others meanwhile, and a huge one meets a stated lim
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 from lsprotocol import types as lsp
+from pygls.workspace import Workspace
 
 from bench.parse_speed import two_hundred_lines
 from dojo_ir.library import KERNELS
 from server.lsp.documents import MAX_CHARS, Snapshot
+from server.lsp.server import create_server
 
 
 def chain(operations: int) -> str:
@@ -77,3 +80,34 @@ async def test_code_actions_after_an_edit_list_legal_moves_innermost_first_until
             if len(listed) == len(every):
                 break
             await asyncio.sleep(0.01)
+
+
+async def test_a_document_has_one_analysis_under_way_and_a_superseded_version_is_never_analysed(monkeypatch):
+    server = create_server([])
+    server.protocol._workspace = Workspace(None, lsp.TextDocumentSyncKind.Full)
+    started: list[int | None] = []
+    release = threading.Event()
+    analyse = Snapshot.analyse
+
+    def analyse_slowly(snapshot: Snapshot) -> None:
+        if not snapshot.analysed:
+            started.append(snapshot.version)
+        if snapshot.version == 1:
+            release.wait(10)  # version 1's analysis is under way while versions 2 and 3 come
+        analyse(snapshot)
+
+    monkeypatch.setattr(Snapshot, "analyse", analyse_slowly)
+    uri, text = "file:///tmp/relu.dojo", KERNELS["relu"].small()
+    server.workspace.put_text_document(lsp.TextDocumentItem(uri=uri, language_id="dojo", version=1, text=text))
+    waiting = [asyncio.ensure_future(server.analysed(uri))]
+    await asyncio.sleep(0.05)
+    for version in (2, 3):
+        server.workspace.update_text_document(lsp.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                                              lsp.TextDocumentContentChangeWholeDocument(text=f"{text}# {version}\n"))
+        waiting.append(asyncio.ensure_future(server.analysed(uri)))
+        await asyncio.sleep(0.05)
+    assert started == [1]
+    release.set()
+    answers = await asyncio.wait_for(asyncio.gather(*waiting), 10)
+    assert [snapshot.version for snapshot in answers] == [3, 3, 3]
+    assert started == [1, 3]
