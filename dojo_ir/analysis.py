@@ -65,7 +65,16 @@ class Analysis:
 
     def first_site(self, path: TreePath) -> Site:
         """The first operation (in execution order) inside the node at `path`."""
-        return next(s for s in self.sites if s.path[: len(path)] == path)
+        return self._first_sites[path]
+
+    @cached_property
+    def _first_sites(self) -> dict[TreePath, Site]:
+        # every candidate of every move names its node by its first operation: looked up, not searched
+        first: dict[TreePath, Site] = {}
+        for site in self.sites:
+            for depth in range(1, len(site.path) + 1):
+                first.setdefault(site.path[:depth], site)
+        return first
 
     def locate(self, path: TreePath) -> tuple[str, int | None]:
         """How the node at `path` is named: (op label, depth or None for an op)."""
@@ -118,10 +127,15 @@ class Analysis:
         named in `private` are compared by logical element, not stored slot:
         the caller gives each iteration its own copy of them."""
         buffer_of = self.program.buffer_of
+        # Only accesses of one buffer can conflict: pairing each access with those of its own buffer
+        # keeps a scope of many operations (a fission's two parts) from pairing every access with every other.
+        by_buffer: dict[str, list[Touch]] = {}
+        for b in second:
+            by_buffer.setdefault(buffer_of[b.access.array].name, []).append(b)
         for a in first:
             buffer = buffer_of[a.access.array]
-            for b in second:
-                if not (a.write or b.write) or buffer_of[b.access.array] is not buffer:
+            for b in by_buffer.get(buffer.name, ()):
+                if not (a.write or b.write):
                     continue
                 if reorderable_reductions and _same_reduction(a, b):
                     continue

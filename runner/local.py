@@ -30,6 +30,11 @@ reserve far more address space than they use) and core dumps are off. A signal, 
 time limit hit, or outputs of the wrong size or number of times come back as a RunResult with
 `error` set: `run` raises only for invalid arguments (an unknown target, a negative count).
 
+Cancellation. `cancel()`, from any thread, stops the runner for good: the harness under way is
+killed with everything it started, and `run` returns a RunResult whose error says it was
+cancelled, once the process is gone and the CPU locks are released. A compile under way is left to
+finish (within the time limit); nothing runs after it.
+
 Noise. Benchmarks never overlap on the same cores: a timed run holds an exclusive `flock` on
 `bench.cpuN.lock` in the cache directory for each CPU N of its affinity set
 (`os.sched_getaffinity`), taken in ascending order, and a shared one on `bench.lock`, which
@@ -86,6 +91,7 @@ EMULATOR_HEADROOM = 1 << 30  # qemu-user maps its translation cache and itself n
 REFERENCE_CACHE_BYTES = 1 << 30
 INPUT_CACHE_BYTES = 1 << 30
 _STDERR_TAIL = 600
+CANCELLED = "cancelled"
 
 
 @contextmanager
@@ -242,6 +248,16 @@ class LocalRunner:
         self._input_dir = Path(tempfile.mkdtemp(prefix="dojo-inputs-"))
         weakref.finalize(self, shutil.rmtree, self._input_dir, True)
         self._inputs = _Recent(INPUT_CACHE_BYTES, lambda i: i.nbytes, lambda i: i.file.unlink(missing_ok=True))
+        self._cancelled = False
+        self._running: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+
+    def cancel(self) -> None:
+        """Kill the harness under way, if any, and run nothing more (see the module's docstring)."""
+        with self._lock:
+            self._cancelled = True
+            for process in self._running:
+                _kill(process)
 
     def targets(self) -> list[dict[str, Any]]:
         return [{"name": t.name, "language": t.language, "buildable": t.buildable(), "runnable": t.runnable()}
@@ -269,6 +285,8 @@ class LocalRunner:
         except (BuildError, DojoError, ValueError) as error:
             return failed(f"cannot build for {chosen.name}: {error}", time.perf_counter() - started)
         compile_s = time.perf_counter() - started
+        if self._cancelled:
+            return failed(CANCELLED, compile_s)
 
         inputs = self._inputs.get_or_make(to_text(spec), lambda: self._draw_inputs(spec))
         with tempfile.TemporaryDirectory(prefix="dojo-run-") as work:
@@ -333,15 +351,24 @@ class LocalRunner:
             limits += f" && ulimit -v {address_space // 1024}"
         environment = os.environ | openmp_environment(target, os.sched_getaffinity(0))
         # the shell sets the limits and then becomes the harness, so no Python runs between fork and exec
-        process = subprocess.Popen(["/bin/sh", "-c", f'{limits} && exec "$@"', "sh", *command],
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   env=environment, cwd=given.parent, start_new_session=True)
+        with self._lock:
+            if self._cancelled:
+                return _Outcome(None, (), CANCELLED)
+            process = subprocess.Popen(["/bin/sh", "-c", f'{limits} && exec "$@"', "sh", *command],
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       env=environment, cwd=given.parent, start_new_session=True)
+            self._running.add(process)
         try:
             stdout, stderr = process.communicate(timeout=self.time_limit_s)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            _kill(process)
             process.communicate()
             return _Outcome(None, (), f"time limit exceeded: still running after {self.time_limit_s:g} s, killed")
+        finally:
+            with self._lock:
+                self._running.discard(process)
+        if self._cancelled:
+            return _Outcome(None, (), CANCELLED)
         detail = _tail(stderr)
         if process.returncode < 0:
             number = -process.returncode
@@ -357,6 +384,14 @@ class LocalRunner:
         except (OSError, ValueError) as error:
             return _Outcome(None, (), f"bad output: {error}")
         return _Outcome(outputs, times, None)
+
+
+def _kill(process: subprocess.Popen) -> None:
+    """Kill the harness's session: the harness and whatever it started (an emulator, OpenMP's threads)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:  # it has ended and been reaped
+        pass
 
 
 def _interface_mismatch(program: Program, spec: Program) -> str | None:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
+from typing import Any
 
 from ..analysis import Analysis
 from ..errors import NOWHERE
@@ -84,9 +85,18 @@ def find(program: Program, analysis: Analysis | None = None, where: Callable[[Mo
     """Every legal move in `program`, grouped by kind, in tree order; with
     `where`, only those it keeps (asked before the costly legality check, so
     the editor pays only for the moves at the cursor)."""
-    a = analysis or Analysis(program)
-    return [m for kind in KINDS.values() for m in _candidates(a, kind)
-            if (where is None or where(m)) and _legal(a, kind, m)]
+    return list(legal_moves(analysis or Analysis(program), where))
+
+
+def legal_moves(a: Analysis, where: Callable[[Move], bool] | None = None,
+                order: Callable[[Move], Any] | None = None) -> Iterator[Move]:
+    """`find`'s moves one at a time, as each is proved legal; with `order`, the
+    candidates sorted by it first, so that a caller who stops early (the
+    editor, answering within its time) has the ones it wanted most."""
+    placed = [(kind, m) for kind in KINDS.values() for m in _candidates(a, kind) if where is None or where(m)]
+    if order is not None:
+        placed.sort(key=lambda kind_move: order(kind_move[1]))
+    return (m for kind, m in placed if _legal(a, kind, m))
 
 
 def why_not(program: Program, move: Move | str, analysis: Analysis | None = None) -> str | None:
@@ -117,5 +127,5 @@ def of_a_random_kind(rng: random.Random, kinds: Sequence[str]) -> int:
     return rng.choice([i for i, k in enumerate(kinds) if k == kind])
 
 
-__all__ = ["DECLARED", "KINDS", "IllegalMove", "Move", "Param", "apply", "find", "move_lines", "of_a_random_kind",
-           "parse_move", "why_not"]
+__all__ = ["DECLARED", "KINDS", "IllegalMove", "Move", "Param", "apply", "find", "legal_moves", "move_lines",
+           "of_a_random_kind", "parse_move", "why_not"]

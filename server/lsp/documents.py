@@ -4,14 +4,20 @@ A `Snapshot` is immutable: the text of a version and everything derived from
 it (the program, its diagnostics, the legal moves), computed once, on demand.
 Features read a snapshot and never the live document, so a request answers
 about one version even while edits arrive; a change makes a new snapshot.
+The server computes what grows with the text (`analyse`, `moves_at`) off its
+event loop.
+
+A text of more than MAX_CHARS characters is not analysed: it gets one error
+saying so, as a kernel is a few kilobytes, and checking megabytes would hold a
+core for minutes at every keystroke.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -21,12 +27,14 @@ from dojo_ir import DojoError, Program, diagnose, load
 from dojo_ir.analysis import Analysis
 from dojo_ir.derivation import spec_path
 from dojo_ir.errors import Diagnostic
-from dojo_ir.moves import Move, find, move_lines
+from dojo_ir.moves import Move, legal_moves, move_lines
 from dojo_ir.parser import classify
 from dojo_ir.paths import TreePath
 from dojo_ir.tree import Span
 
 from .edits import lines_of, units
+
+MAX_CHARS = 1_000_000
 
 
 def file_path(uri: str) -> Path | None:
@@ -50,6 +58,14 @@ def character_column(line: str, character: int, encoding: str) -> int:
     return len(line) + 1
 
 
+@dataclass
+class _Listing:
+    """The legal moves at a range of lines, as they are found."""
+
+    moves: list[Move] = field(default_factory=list)
+    complete: bool = False
+
+
 @dataclass(frozen=True, eq=False)
 class Snapshot:
     uri: str
@@ -57,38 +73,71 @@ class Snapshot:
     text: str
     encoding: str = "utf-16"  # what LSP columns count, as negotiated with the client
     lines: list[str] = field(init=False, repr=False)
+    # (program, diagnostics, analysis) once analysed. Not cached_property's: in Python 3.11 its lock is
+    # one for all instances, so the analysis of a big document would hold up every other document's.
+    _analysed: tuple[Program | None, list[Diagnostic], Analysis | None] | None = field(default=None, init=False,
+                                                                                      repr=False)
+    _moves_at: dict[tuple[int, int], _Listing] = field(default_factory=dict, init=False, repr=False)
+    _listing: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lines", [line.rstrip("\r\n") for line in lines_of(self.text)])
 
-    @cached_property
-    def _diagnosed(self) -> tuple[Program | None, list[Diagnostic]]:
-        return diagnose(self.text)
+    def analyse(self) -> None:
+        """Parse and check the text and label its operations, once: what every request needs first."""
+        if self._analysed is not None:
+            return
+        if len(self.text) > MAX_CHARS:
+            program, diagnostics = None, [Diagnostic(Span(1, 1, 1, 1), f"the document has {len(self.text):,} "
+                                                     "characters; the language server analyses documents of up to "
+                                                     f"{MAX_CHARS:,}", "size")]
+        else:
+            program, diagnostics = diagnose(self.text)
+        valid = None if any(d.severity == "error" for d in diagnostics) else program
+        analysis = Analysis(valid) if valid is not None else None
+        if analysis is not None:
+            analysis.sites  # noqa: B018 (computed now, and kept)
+        object.__setattr__(self, "_analysed", (valid, diagnostics, analysis))
+
+    @property
+    def analysed(self) -> bool:
+        return self._analysed is not None
+
+    def _facts(self) -> tuple[Program | None, list[Diagnostic], Analysis | None]:
+        self.analyse()
+        assert self._analysed is not None
+        return self._analysed
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
-        return self._diagnosed[1]
+        return self._facts()[1]
 
     @property
     def program(self) -> Program | None:
         """The program, only when the text has no error: moves, code and
         measurements are about valid programs."""
-        program, diagnostics = self._diagnosed
-        return None if any(d.severity == "error" for d in diagnostics) else program
+        return self._facts()[0]
 
-    @cached_property
+    @property
     def analysis(self) -> Analysis | None:
-        return Analysis(self.program) if self.program is not None else None
+        return self._facts()[2]
 
     def moves_at(self, first_line: int, last_line: int) -> list[Move]:
         """The legal moves whose node covers any of the 1-based lines
         `first_line..last_line`, innermost node first (none for an invalid
-        text). Remembered per range: a cursor that stays costs nothing."""
+        text). Remembered per range: a cursor that stays costs nothing.
+        They are checked innermost node first, and `moves_known_at` tells
+        those found so far; one listing at a time, so that a second request
+        for the range finds the first's."""
         analysis = self.analysis
         if analysis is None:
             return []
-        known = self._moves_at.get((first_line, last_line))
-        if known is None:
+        with self._listing:
+            listing = self._moves_at.get((first_line, last_line))
+            if listing is not None and listing.complete:
+                return listing.moves
+            listing = self._moves_at[(first_line, last_line)] = _Listing()
+
             def covers(move: Move) -> bool:
                 lines = move_lines(analysis, move)
                 return lines is not None and lines[0] <= last_line and first_line <= lines[1]
@@ -97,13 +146,15 @@ class Snapshot:
                 first, last = move_lines(analysis, move)
                 return last - first
 
-            known = self._moves_at[(first_line, last_line)] = sorted(find(analysis.program, analysis, covers),
-                                                                    key=size)
-        return known
+            for move in legal_moves(analysis, covers, order=size):
+                listing.moves.append(move)
+            listing.complete = True
+            return listing.moves
 
-    @cached_property
-    def _moves_at(self) -> dict[tuple[int, int], list[Move]]:
-        return {}
+    def moves_known_at(self, first_line: int, last_line: int) -> list[Move]:
+        """The moves `moves_at` has found so far for that range: the first of its answer."""
+        listing = self._moves_at.get((first_line, last_line))
+        return [] if listing is None else list(listing.moves)
 
     def range_of(self, span: Span) -> lsp.Range:
         return lsp.Range(start=self.position(span.line, span.col), end=self.position(span.end_line, span.end_col))

@@ -8,13 +8,21 @@ runner's own lock would serialise them anyway) and never on the event loop,
 so the editor never waits for a compiler. Whoever is interested is told
 through `on_change` when one finishes; the server turns that into an inlay
 hint refresh.
+
+A measurement that is cancelled (the user cancels the benchmark, or a newer
+version of the document supersedes it) stops its runner: the local runner
+kills the benchmark's process. The next measurement starts only once the
+cancelled one has ended, so that one never times while another runs, and
+the CPU lock of the runner is released after its process is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -84,7 +92,11 @@ def key(program: Program, settings: Settings) -> str:
 
 
 class Measurements:
-    def __init__(self, on_change: Callable[[], None]):
+    """`spawn` runs a coroutine as a tracked background task (`DojoServer.spawn`); `on_change` is
+    called whenever a measurement is known."""
+
+    def __init__(self, spawn: Callable[[Coroutine[Any, Any, Any], str], asyncio.Task], on_change: Callable[[], None]):
+        self._spawn = spawn
         self._on_change = on_change
         self._known: dict[str, Measurement] = {}
         self._lock = asyncio.Lock()
@@ -104,7 +116,7 @@ class Measurements:
         if waiting is not None:
             waiting.cancel()
         self._known[key(program, settings)] = Measurement()
-        task = asyncio.ensure_future(self.measure(program, spec, settings, settings.repetitions))
+        task = self._spawn(self.measure(program, spec, settings, settings.repetitions), f"measuring {program.name}")
         self._background[document] = task
 
         def finished(done: asyncio.Task) -> None:
@@ -119,7 +131,18 @@ class Measurements:
         slot = key(program, settings)
         try:
             async with self._lock:
-                measured = await asyncio.to_thread(_measure, program, spec, settings, repeats)
+                stop = _Stop()
+                work = self._spawn(asyncio.to_thread(_measure, program, spec, settings, repeats, stop),
+                                   f"timing {program.name}")
+                try:
+                    measured = await asyncio.shield(work)
+                except asyncio.CancelledError:
+                    stop.set()
+                    # the lock is held until the runner has stopped: its process is gone, its CPUs are free
+                    while not work.done():
+                        with contextlib.suppress(asyncio.CancelledError):  # cancelled again: it is stopping
+                            await asyncio.wait([work])
+                    raise
         except asyncio.CancelledError:
             if self._known.get(slot) is not None and self._known[slot].pending:
                 del self._known[slot]
@@ -143,11 +166,38 @@ def open_runner(settings: Settings) -> AbstractContextManager[Any]:
     return connect(settings.runner_url, settings.runner_token_file)
 
 
-def _measure(program: Program, spec: Program | None, settings: Settings, repeats: int) -> Measurement:
+class _Stop:
+    """Tells the runner of a measurement under way to stop, once it is known (and at once if it
+    is set by then). A remote runner cannot be stopped: its answer is dropped when it comes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runner: Any = None
+        self._set = False
+
+    def set(self) -> None:
+        with self._lock:
+            self._set = True
+        self._stop()
+
+    def watch(self, runner: Any) -> None:
+        with self._lock:
+            self._runner = runner
+        self._stop()
+
+    def _stop(self) -> None:
+        with self._lock:
+            runner = self._runner if self._set else None
+        if hasattr(runner, "cancel"):
+            runner.cancel()
+
+
+def _measure(program: Program, spec: Program | None, settings: Settings, repeats: int, stop: _Stop) -> Measurement:
     from runner.client import RunnerError
 
     try:
         with open_runner(settings) as runner:
+            stop.watch(runner)
             result = measure(runner, program, settings.target, repeats=repeats, spec=spec)
     except (RunnerError, ValueError) as error:
         return Measurement(error=str(error))

@@ -26,10 +26,9 @@ from runner.result import format_time
 
 from ..measurements import open_runner
 from ..progress import cancellable, progress
+from ..requests import apply_edit, argument, document_of, moves_edit
 from ..server import DojoServer
 from ..settings import Settings
-from .code_actions import moves_edit
-from .commands import apply_edit, argument, document_of
 
 if TYPE_CHECKING:
     from agent.perfllm.play import PlayResult, Step
@@ -41,7 +40,7 @@ def register(server: DojoServer) -> None:
     @server.command(CONTINUE)
     @cancellable
     async def continue_command(ls: DojoServer, *args: Any) -> dict[str, Any]:
-        snapshot, program = document_of(ls, args, CONTINUE)
+        snapshot, program = await document_of(ls, args, CONTINUE)
         options = argument(args, 1, dict, CONTINUE, "an object {steps, checkpoint}") or {}
         steps = options.get("steps", ls.settings.agent_steps)
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
@@ -58,8 +57,8 @@ def register(server: DojoServer) -> None:
                 loop.call_soon_threadsafe(report, f"{step.index}/{steps}: {step.move or 'stop'} -> {time_s}",
                                           int(100 * step.index / steps))
 
-            game = asyncio.ensure_future(asyncio.to_thread(_play, ls.settings, program, checkpoint, steps, on_step,
-                                                           stop.is_set))
+            game = ls.spawn(asyncio.to_thread(_play, ls.settings, program, checkpoint, steps, on_step, stop.is_set),
+                            f"the agent playing {program.name}")
             try:
                 result = await asyncio.shield(game)
             except asyncio.CancelledError:

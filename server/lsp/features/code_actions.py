@@ -5,7 +5,13 @@ version's moves in the background (`ratings.py`, `dojo.agent.rankQuickFixes`),
 best predicted speed-up first, the best one preferred and its title showing
 the prediction. Listing never waits for the agent.
 
-Listing is cheap (the snapshot's moves, computed once per version); the edit
+The moves are listed off the event loop, once per version and range. The
+first listing after an edit checks every move around the cursor anew, which
+for a big scope's many fissions takes longer than an editor should wait: a
+request answers within FIRST_ANSWER_S with the moves found legal by then,
+innermost node first, and the listing goes on, so that the next request
+(the editor asks again as the cursor moves) has them all. Every move listed
+is legal in the version it is listed for. The edit
 is computed only when the client resolves the action, and refused with
 ContentModified if the document moved on since the list was made, so an edit
 is never applied to a text it was not computed for. Clients that cannot
@@ -14,6 +20,7 @@ resolve get the edits in the list.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -22,41 +29,38 @@ from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcContentModified, JsonRpcInvalidParams
 
 from dojo_ir import DojoError
-from dojo_ir.derivation import advance
 from dojo_ir.moves import KINDS, Move
-from dojo_ir.printer import to_text
 
 from ..documents import Snapshot
-from ..edits import line_edits
+from ..requests import moves_edit, snapshot_of
 from ..server import DojoServer
 
 KIND = lsp.CodeActionKind.QuickFix
+FIRST_ANSWER_S = 0.05
 
 
 def register(server: DojoServer) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION,
                     lsp.CodeActionOptions(code_action_kinds=[KIND], resolve_provider=True))
-    def code_actions(ls: DojoServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
+    async def code_actions(ls: DojoServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
         if params.context.only and not any(KIND.value.startswith(k.value) for k in params.context.only):
             return []
-        snapshot = ls.snapshot(params.text_document.uri)
+        snapshot = await snapshot_of(ls, params.text_document.uri)
         start, end = params.range.start, params.range.end
         last = end.line if end.character > 0 or end.line == start.line else end.line - 1
-        lazy = _resolves_edits(ls)
-        moves = snapshot.moves_at(start.line + 1, last + 1)
         ratings = ls.ratings.request(snapshot, ls.settings)
-        if not ratings:
-            return [action(ls, snapshot, move, lazy) for move in moves]
-        order = ranked(moves, ratings)
-        return [action(ls, snapshot, move, lazy, ratings.get(str(move)) if i == 0 else None)
-                for i, move in enumerate(order)]
+        first, last = start.line + 1, last + 1
+        listing = ls.off_loop(snapshot.moves_at, f"moves of {snapshot.name}", first, last)
+        done, _ = await asyncio.wait([listing], timeout=FIRST_ANSWER_S)
+        moves = listing.result() if done else snapshot.moves_known_at(first, last)
+        return await ls.off_loop(actions, f"code actions of {snapshot.name}", ls, snapshot, moves, ratings)
 
     @server.feature(lsp.CODE_ACTION_RESOLVE)
-    def resolve(ls: DojoServer, code_action: lsp.CodeAction) -> lsp.CodeAction:
+    async def resolve(ls: DojoServer, code_action: lsp.CodeAction) -> lsp.CodeAction:
         data = code_action.data if isinstance(code_action.data, dict) else {}
-        if not {"uri", "version", "move"} <= data.keys():
+        if not {"uri", "version", "move"} <= data.keys() or not isinstance(data["uri"], str):
             raise JsonRpcInvalidParams("this code action was not made by dojo-lsp")
-        snapshot = ls.snapshot(data["uri"])
+        snapshot = await snapshot_of(ls, data["uri"])
         if snapshot.version != data["version"]:
             raise JsonRpcContentModified(f"the document changed (version {data['version']} -> {snapshot.version}) "
                                          "since this action was listed; ask for the actions again")
@@ -71,6 +75,16 @@ def register(server: DojoServer) -> None:
 
 def title(move: Move) -> str:
     return f"{KINDS[move.name].TITLE} — {move}"
+
+
+def actions(ls: DojoServer, snapshot: Snapshot, moves: list[Move], ratings: Mapping[str, float] | None
+            ) -> list[lsp.CodeAction]:
+    """The quick-fixes of `moves`, ranked when `ratings` are known."""
+    lazy = _resolves_edits(ls)
+    if not ratings:
+        return [action(ls, snapshot, move, lazy) for move in moves]
+    return [action(ls, snapshot, move, lazy, ratings.get(str(move)) if i == 0 else None)
+            for i, move in enumerate(ranked(moves, ratings))]
 
 
 def ranked(moves: list[Move], ratings: Mapping[str, float]) -> list[Move]:
@@ -88,24 +102,6 @@ def action(ls: DojoServer, snapshot: Snapshot, move: Move, lazy: bool, preferred
         return lsp.CodeAction(title=title(move), kind=KIND, data=data, edit=edit)
     return lsp.CodeAction(title=f"{title(move)} (agent: ×{preferred:.1f})", kind=KIND, data=data, edit=edit,
                           is_preferred=True)
-
-
-def moves_edit(ls: DojoServer, snapshot: Snapshot, moves: list[str]) -> lsp.WorkspaceEdit:
-    """The edit that plays `moves` on the snapshot's (valid) program and
-    records them in its derivation; DojoError naming the first that does not apply."""
-    assert snapshot.program is not None
-    return document_edit(ls, snapshot, to_text(advance(snapshot.program, moves)))
-
-
-def document_edit(ls: DojoServer, snapshot: Snapshot, new_text: str) -> lsp.WorkspaceEdit:
-    """A workspace edit of the snapshot's document into `new_text`: versioned,
-    so the client refuses it for any other version, where the client can."""
-    edits = line_edits(snapshot.text, new_text, snapshot.encoding)
-    workspace = ls.client_capabilities.workspace
-    if workspace and workspace.workspace_edit and workspace.workspace_edit.document_changes:
-        document = lsp.OptionalVersionedTextDocumentIdentifier(uri=snapshot.uri, version=snapshot.version)
-        return lsp.WorkspaceEdit(document_changes=[lsp.TextDocumentEdit(text_document=document, edits=edits)])
-    return lsp.WorkspaceEdit(changes={snapshot.uri: edits})
 
 
 def _resolves_edits(ls: DojoServer) -> bool:

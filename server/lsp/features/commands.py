@@ -4,7 +4,7 @@ Each runs as its own task with cancellable work-done progress, takes the
 document's URI first, and answers with JSON the client (or a script) can use.
 They are the plumbing that the search and agent commands reuse: `progress`
 for cancellable work, and a result that arrives later is sent with
-`apply_edit(ls, label, document_edit(ls, snapshot, new_text))`, one edit for the version it
+`requests.apply_edit(ls, label, requests.document_edit(ls, snapshot, new_text))`, one edit for the version it
 was computed from, which the client refuses if the document changed meanwhile.
 """
 
@@ -20,11 +20,9 @@ from codegen import generate, get_target
 from codegen.build import default_cache_dir
 from dojo_ir import DojoError, Program
 
-from ..documents import Snapshot
 from ..progress import cancellable, progress
+from ..requests import LANGUAGE_ID, apply_edit, argument, document_of, moves_edit
 from ..server import DojoServer
-from .code_actions import moves_edit
-from .hover import LANGUAGE_ID
 
 BENCHMARK = "dojo.benchmark"
 SHOW_GENERATED_CODE = "dojo.showGeneratedCode"
@@ -36,7 +34,7 @@ def register(server: DojoServer) -> None:
     @server.command(BENCHMARK)
     @cancellable
     async def benchmark(ls: DojoServer, *args: Any) -> dict[str, Any]:
-        snapshot, program = document_of(ls, args, BENCHMARK)
+        snapshot, program = await document_of(ls, args, BENCHMARK)
         async with progress(ls, f"Benchmarking {program.name} on {ls.settings.target}") as report:
             report(f"building and timing on {ls.settings.runner_name}", None)
             measured = await ls.measurements.measure(program, snapshot.spec, ls.settings, ls.settings.repetitions)
@@ -48,7 +46,7 @@ def register(server: DojoServer) -> None:
     @server.command(SHOW_GENERATED_CODE)
     @cancellable
     async def show_generated_code(ls: DojoServer, *args: Any) -> dict[str, Any]:
-        snapshot, program = document_of(ls, args, SHOW_GENERATED_CODE)
+        snapshot, program = await document_of(ls, args, SHOW_GENERATED_CODE)
         target = get_target(argument(args, 1, str, SHOW_GENERATED_CODE, "a target name") or ls.settings.target)
         async with progress(ls, f"Generating {target.name} code for {program.name}") as report:
             report("generating", None)
@@ -64,7 +62,7 @@ def register(server: DojoServer) -> None:
     @server.command(APPLY_MOVES)
     @cancellable
     async def apply_moves(ls: DojoServer, *args: Any) -> dict[str, Any]:
-        snapshot, _ = document_of(ls, args, APPLY_MOVES)
+        snapshot, _ = await document_of(ls, args, APPLY_MOVES)
         version = argument(args, 1, int, APPLY_MOVES, "the document's version")
         moves = argument(args, 2, list, APPLY_MOVES, "a list of moves")
         if version is None or not moves or not all(isinstance(m, str) for m in moves):
@@ -79,37 +77,6 @@ def register(server: DojoServer) -> None:
                 raise JsonRpcInvalidParams(f"{APPLY_MOVES}: {error.diagnostics[0].message}") from None
             applied = await apply_edit(ls, f"{len(moves)} moves", edit)
         return {"applied": applied, "moves": len(moves)}
-
-
-async def apply_edit(ls: DojoServer, label: str, edit: lsp.WorkspaceEdit) -> bool:
-    """Send `edit` through `workspace/applyEdit`; whether the client applied it."""
-    answer = await ls.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(edit=edit, label=f"PerfDojo: {label}"))
-    return bool(answer and answer.applied)
-
-
-def argument(args: tuple[Any, ...], index: int, kind: type, command: str, what: str) -> Any:
-    if index >= len(args) or args[index] is None:
-        return None
-    if not isinstance(args[index], kind) or isinstance(args[index], bool):
-        raise JsonRpcInvalidParams(f"{command}: argument {index + 1} should be {what}, not {args[index]!r}")
-    return args[index]
-
-
-def document_of(ls: DojoServer, args: tuple[Any, ...], command: str) -> tuple[Snapshot, Program]:
-    """The snapshot named by the first argument, with its program; a clear
-    error if there is none or it has errors."""
-    uri = argument(args, 0, str, command, "a document URI")
-    if uri is None:
-        raise JsonRpcInvalidParams(f"{command} needs the document's URI as its first argument")
-    try:
-        snapshot = ls.snapshot(uri)
-    except KeyError:
-        raise JsonRpcInvalidParams(f"{command}: {uri} is not open") from None
-    if snapshot.program is None:
-        first = snapshot.diagnostics[0]
-        raise JsonRpcInvalidParams(f"{command}: {snapshot.name} has {len(snapshot.diagnostics)} error(s); the first, "
-                                   f"at {first.span}: {first.message}")
-    return snapshot, snapshot.program
 
 
 def _generated_path(program: Program, language: str, target: str) -> Path:

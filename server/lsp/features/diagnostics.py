@@ -56,10 +56,10 @@ def register(server: DojoServer) -> None:
 async def _publish_later(ls: DojoServer, uri: str) -> None:
     await asyncio.sleep(DEBOUNCE_S)
     try:
-        snapshot = ls.snapshot(uri)
+        snapshot = await ls.analysed(uri)
     except KeyError:  # closed meanwhile
         return
-    found = snapshot.diagnostics + derivation_diagnostics(snapshot)
+    found = snapshot.diagnostics + await ls.off_loop(derivation_diagnostics, f"replaying {snapshot.name}", snapshot)
     ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
         uri=uri, version=snapshot.version, diagnostics=[to_lsp(snapshot, d) for d in found]))
     # Rated now, in the background, so that the quick-fixes are ranked by the time they are asked for.

@@ -8,13 +8,15 @@ from lsprotocol import types as lsp
 from dojo_ir import to_text
 
 from ..edits import line_edits
+from ..requests import snapshot_of
 from ..server import DojoServer
 
 
 def register(server: DojoServer) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_FORMATTING)
-    def formatting(ls: DojoServer, params: lsp.DocumentFormattingParams) -> list[lsp.TextEdit]:
-        snapshot = ls.snapshot(params.text_document.uri)
+    async def formatting(ls: DojoServer, params: lsp.DocumentFormattingParams) -> list[lsp.TextEdit]:
+        snapshot = await snapshot_of(ls, params.text_document.uri)
         if snapshot.program is None:
             return []
-        return line_edits(snapshot.text, to_text(snapshot.program), snapshot.encoding)
+        return await ls.off_loop(lambda: line_edits(snapshot.text, to_text(snapshot.program), snapshot.encoding),
+                                 f"formatting {snapshot.name}")

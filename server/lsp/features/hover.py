@@ -8,16 +8,14 @@ from lsprotocol import types as lsp
 
 from codegen import get_target, kernel_source, node_source
 
+from ..requests import LANGUAGE_ID, snapshot_of
 from ..server import DojoServer
-
-# the editors' language id (and Markdown fence) for each target language
-LANGUAGE_ID = {"c": "c", "cuda": "cuda", "hip": "cpp"}
 
 
 def register(server: DojoServer) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_HOVER)
-    def hover(ls: DojoServer, params: lsp.HoverParams) -> lsp.Hover | None:
-        snapshot = ls.snapshot(params.text_document.uri)
+    async def hover(ls: DojoServer, params: lsp.HoverParams) -> lsp.Hover | None:
+        snapshot = await snapshot_of(ls, params.text_document.uri)
         program = snapshot.program
         if program is None:
             return None

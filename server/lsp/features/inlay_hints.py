@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from lsprotocol import types as lsp
 
+from ..requests import snapshot_of
 from ..server import DojoServer
 
 
 def register(server: DojoServer) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_INLAY_HINT, lsp.InlayHintOptions(resolve_provider=False))
-    def inlay_hints(ls: DojoServer, params: lsp.InlayHintParams) -> list[lsp.InlayHint]:
-        snapshot = ls.snapshot(params.text_document.uri)
+    async def inlay_hints(ls: DojoServer, params: lsp.InlayHintParams) -> list[lsp.InlayHint]:
+        snapshot = await snapshot_of(ls, params.text_document.uri)
         program = snapshot.program
         if program is None or program.span is None:
             return []

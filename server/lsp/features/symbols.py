@@ -9,15 +9,18 @@ from dojo_ir.printer import expr_text
 from dojo_ir.tree import Node, Op, Program, walk_ops
 
 from ..documents import Snapshot
+from ..requests import snapshot_of
 from ..server import DojoServer
 
 
 def register(server: DojoServer) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
-    def document_symbols(ls: DojoServer, params: lsp.DocumentSymbolParams) -> list[lsp.DocumentSymbol]:
-        snapshot = ls.snapshot(params.text_document.uri)
+    async def document_symbols(ls: DojoServer, params: lsp.DocumentSymbolParams) -> list[lsp.DocumentSymbol]:
+        snapshot = await snapshot_of(ls, params.text_document.uri)
         program = snapshot.program
-        return [] if program is None or program.span is None else [kernel_symbol(snapshot, program)]
+        if program is None or program.span is None:
+            return []
+        return [await ls.off_loop(kernel_symbol, f"symbols of {snapshot.name}", snapshot, program)]
 
 
 def kernel_symbol(snapshot: Snapshot, program: Program) -> lsp.DocumentSymbol:

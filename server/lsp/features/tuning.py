@@ -26,9 +26,8 @@ from runner.result import format_time
 from ..documents import file_path
 from ..measurements import open_runner
 from ..progress import cancellable, progress
+from ..requests import apply_edit, argument, document_of, moves_edit
 from ..server import DojoServer
-from .code_actions import moves_edit
-from .commands import apply_edit, argument, document_of
 
 if TYPE_CHECKING:
     from agent.tune import TuneProgress, TuneResult
@@ -42,7 +41,7 @@ def register(server: DojoServer) -> None:
     async def tune_command(ls: DojoServer, *args: Any) -> dict[str, Any]:
         from agent.tune import tune  # the search is loaded when it is first asked for
 
-        snapshot, program = document_of(ls, args, TUNE)
+        snapshot, program = await document_of(ls, args, TUNE)
         options = argument(args, 1, dict, TUNE, "an object {method, budget, graph}") or {}
         method = options.get("method") or await _ask_method(ls)
         if method is None:
@@ -69,7 +68,7 @@ def register(server: DojoServer) -> None:
                                 target=settings.target, runner=runner, log=_log_path(here), on_progress=on_progress,
                                 should_stop=stop.is_set)
 
-            search = asyncio.ensure_future(asyncio.to_thread(search_in_thread))
+            search = ls.spawn(asyncio.to_thread(search_in_thread), f"tuning {program.name}")
             try:
                 result = await asyncio.shield(search)
             except asyncio.CancelledError:
