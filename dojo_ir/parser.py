@@ -22,7 +22,31 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from .errors import Diagnostic, DojoError
-from .tree import Access, Binary, Buffer, Call, Derivation, Dim, Name, Node, Num, Op, Program, Ref, Scope, Span, Unary
+from .tree import (
+    MAX_INTEGER,
+    Access,
+    Binary,
+    Buffer,
+    Call,
+    Derivation,
+    Dim,
+    Expr,
+    Name,
+    Node,
+    Num,
+    Op,
+    Program,
+    Ref,
+    Scope,
+    Span,
+    Unary,
+    children,
+)
+
+# Limits that keep every recursive walk of a tree (checker, printer,
+# interpreter, moves, code generators) far from Python's recursion limit.
+MAX_SCOPE_DEPTH = 64  # scopes around one operation
+MAX_EXPRESSION_DEPTH = 100  # nested operators, calls, parentheses and accesses in one expression
 
 CONTROL_FLOW = frozenset(("if", "else", "while", "for", "do", "break", "continue", "return", "goto", "switch"))
 
@@ -36,6 +60,16 @@ def _span(token: Token) -> Span:
 
 def _cover(first: Span | None, last: Span | None) -> Span | None:
     return first.join(last) if first else last
+
+
+def _integer(digits: str, span: Span, what: str) -> int:
+    """The value of an integer literal; one beyond 64 bits is an error here,
+    before Python's digit limit for int() can make it a ValueError."""
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_INTEGER)) or int(digits) > MAX_INTEGER:
+        shown = digits if len(digits) <= 24 else f"{digits[:12]}...{digits[-6:]} ({len(digits)} digits)"
+        raise DojoError.at(span, f"{what} {shown} is too large; at most 2**63 - 1 ({MAX_INTEGER})", "too-large")
+    return int(digits)
 
 
 def _names(tokens) -> tuple[tuple[str, Span], ...]:
@@ -115,7 +149,8 @@ class _Build(Transformer):
     @v_args(inline=True)
     def dim(self, size, _colon, stored):
         span = _span(size).join(_span(stored) if stored else None)
-        return Dim(int(size.value), int(stored.value) if stored else None, span)
+        return Dim(_integer(size.value, _span(size), "dimension"),
+                   _integer(stored.value, _span(stored), "stored extent") if stored else None, span)
 
     def body(self, c):
         return BodyLine(tuple(c[:-1]), c[-1])
@@ -123,7 +158,7 @@ class _Build(Transformer):
     @v_args(inline=True)
     def size(self, size, _colon, suffix):
         span = _span(size).join(_span(suffix) if suffix else None)
-        return ScopeToken("size", span, int(size.value), suffix.value if suffix else "")
+        return ScopeToken("size", span, _integer(size.value, _span(size), "scope size"), suffix.value if suffix else "")
 
     @v_args(inline=True)
     def bar(self, token):
@@ -149,10 +184,8 @@ class _Build(Transformer):
     def ref_access(self, token):
         line, start = _context.line, token.column
         name = token.value[: token.value.index("[")]
-        index = tuple(
-            Ref(int(m.group(1)), Span(line, start + m.start(), line, start + m.end()))
-            for m in _REF.finditer(token.value)
-        )
+        spans = [(m.group(1), Span(line, start + m.start(), line, start + m.end())) for m in _REF.finditer(token.value)]
+        index = tuple(Ref(_integer(digits, span, "scope reference"), span) for digits, span in spans)
         return Access(name, index, _span(token))
 
     @v_args(inline=True)
@@ -169,7 +202,7 @@ class _Build(Transformer):
 
     @v_args(inline=True)
     def ref(self, token):
-        return Ref(int(token.value[1:-1]), _span(token))
+        return Ref(_integer(token.value[1:-1], _span(token), "scope reference"), _span(token))
 
     @v_args(inline=True)
     def bare_name(self, token):
@@ -263,6 +296,35 @@ def _syntax_error(error: UnexpectedInput, code: str, line: int) -> Diagnostic:
     return Diagnostic(Span(line, token.column, line, token.end_column), message, "syntax")
 
 
+_NESTING = re.compile(r"[-+*/(\[]")
+
+
+def _too_deep(op: Op) -> Expr | None:
+    """The first sub-expression of `op` nested deeper than MAX_EXPRESSION_DEPTH, if any."""
+    stack: list[tuple[Expr, int]] = [(op.value, 1), (op.target, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_EXPRESSION_DEPTH:
+            return node
+        stack.extend((child, depth + 1) for child in reversed(children(node)))
+    return None
+
+
+def _check_nesting(body: BodyLine, code: str) -> None:
+    if len(body.tokens) > MAX_SCOPE_DEPTH:
+        raise DojoError.at(body.tokens[MAX_SCOPE_DEPTH].span, f"more than {MAX_SCOPE_DEPTH} scopes around one "
+                           "operation; this implementation nests at most that many", "too-deep")
+    # every level of nesting takes an operator, a parenthesis or a bracket,
+    # so a line with few of them needs no walk
+    if len(_NESTING.findall(code)) < MAX_EXPRESSION_DEPTH - 1:
+        return
+    node = _too_deep(body.op)
+    if node is not None:
+        raise DojoError.at(node.span or body.op.span, f"expression nested more than {MAX_EXPRESSION_DEPTH} deep "
+                           "(operators, calls, parentheses and accesses); this implementation nests at most that "
+                           "many: split it with a temporary", "too-deep")
+
+
 @lru_cache(maxsize=8192)
 def parse_line(code: str, line: int):
     """Parse the code of one line (comment already removed) as the kind of
@@ -272,7 +334,7 @@ def parse_line(code: str, line: int):
     kind = classify(code)
     _context.line = line
     try:
-        return _LARK.parse(code, start=kind)
+        parsed = _LARK.parse(code, start=kind)
     except UnexpectedInput as error:
         first = _FIRST_WORD.match(code)
         if first and first.group(1) in CONTROL_FLOW:
@@ -284,6 +346,9 @@ def parse_line(code: str, line: int):
                        "a body line is scope sizes followed by one operation")
             raise DojoError.at(span, message, "control-flow") from None
         raise DojoError([_syntax_error(error, code, line)]) from None
+    if kind == "body":
+        _check_nesting(parsed, code)
+    return parsed
 
 
 @dataclass
