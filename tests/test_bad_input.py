@@ -45,7 +45,8 @@ def test_nesting_beyond_the_stated_limits_is_a_positioned_error(body: str, col: 
 
 
 def test_nesting_up_to_the_limits_checks_prints_and_runs() -> None:
-    scopes = "1 " * (MAX_SCOPE_DEPTH - 1) + "4 y[{%d}] = x[{%d}]" % (MAX_SCOPE_DEPTH - 1, MAX_SCOPE_DEPTH - 1)
+    inner = MAX_SCOPE_DEPTH - 1
+    scopes = "1 " * inner + f"4 y[{{{inner}}}] = x[{{{inner}}}]"
     terms = "4 y[{0}] = " + " + ".join(["x[{0}]"] * (MAX_EXPRESSION_DEPTH - 3))
     for body in (scopes, terms):
         program = load(HEAD + body + "\n")
