@@ -47,7 +47,7 @@ from .tree import (
     walk_ops,
 )
 
-__all__ = ["MAX_BYTES", "interpret", "random_inputs"]
+__all__ = ["MAX_BYTES", "interpret", "memory_bytes", "random_inputs"]
 
 _NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
 _REDUCE = {"+=": np.add, "*=": np.multiply, "max=": np.maximum, "min=": np.minimum}
@@ -337,14 +337,19 @@ def _input_span(program: Program, name: str) -> Span | None:
     return program.io_spans[program.inputs.index(name)] if program.io_spans else program.span
 
 
+def memory_bytes(program: Program) -> int:
+    """What running `program` allocates for arrays: every buffer's storage, and
+    the inputs given and outputs returned at their logical shapes."""
+    io = [program.buffer_of[name] for name in program.inputs + program.outputs]
+    return (sum(prod(b.storage_shape) * DTYPE_BYTES[b.dtype] for b in program.buffers)
+            + sum(prod(b.shape) * DTYPE_BYTES[b.dtype] for b in io))
+
+
 def _require_memory(program: Program, max_bytes: int) -> None:
     """Refuse, before allocating, a program whose arrays would take more than `max_bytes`."""
-    stored = {b: prod(b.storage_shape) * DTYPE_BYTES[b.dtype] for b in program.buffers}
-    io = [program.buffer_of[name] for name in program.inputs + program.outputs]
-    given = sum(prod(b.shape) * DTYPE_BYTES[b.dtype] for b in io)
-    total = sum(stored.values()) + given
+    total = memory_bytes(program)
     if total > max_bytes:
-        largest = max(stored, key=stored.__getitem__)
+        largest = max(program.buffers, key=lambda b: prod(b.storage_shape) * DTYPE_BYTES[b.dtype])
         message = (f"the arrays of {program.name} take {total} bytes (`{largest.name}` the most); "
                    f"the interpreter allocates at most {max_bytes}")
         raise DojoError.at(largest.span or program.span or _NOWHERE, message, "interpret-memory")
