@@ -280,11 +280,18 @@ def classify(code: str) -> str:
     return "body"
 
 
+def _shown(text: str) -> str:
+    """`text` with every character that is not printable (a line or page
+    break, a control character) as its code point, so that a message stays
+    on one line."""
+    return "".join(c if c.isprintable() else f"U+{ord(c):04X}" for c in text)
+
+
 def _syntax_error(error: UnexpectedInput, code: str, line: int) -> Diagnostic:
     if isinstance(error, UnexpectedCharacters):
         char = code[error.pos_in_stream]
         hint = "; comparisons and control flow are not part of the format (Table 2)" if char in "<>!?&" else ""
-        message = f"unexpected character `{char}`; expected {_expected(error.allowed)}{hint}"
+        message = f"unexpected character `{_shown(char)}`; expected {_expected(error.allowed)}{hint}"
         return Diagnostic(Span(line, error.column, line, error.column + 1), message, "syntax")
     assert isinstance(error, UnexpectedToken)
     token = error.token
@@ -292,7 +299,7 @@ def _syntax_error(error: UnexpectedInput, code: str, line: int) -> Diagnostic:
         end = len(code.rstrip()) + 1
         message = f"unexpected end of line; expected {_expected(error.expected)}"
         return Diagnostic(Span(line, end, line, end + 1), message, "syntax")
-    message = f"unexpected `{token.value}`; expected {_expected(error.expected)}"
+    message = f"unexpected `{_shown(token.value)}`; expected {_expected(error.expected)}"
     return Diagnostic(Span(line, token.column, line, token.end_column), message, "syntax")
 
 

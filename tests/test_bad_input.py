@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from dojo_ir import DojoError, check, diagnose, interpret, load, parse, random_inputs, to_text
 from dojo_ir.parser import MAX_EXPRESSION_DEPTH, MAX_SCOPE_DEPTH
 from dojo_ir.tree import Buffer, Dim, Scope, walk_expr
+from server.cli import main
 
 HEAD = "kernel k(x) -> y\n\nx f32 [4] heap\ny f32 [4] heap\n\n"
 
@@ -139,3 +141,20 @@ def test_check_is_near_linear_in_the_number_of_lines(line: str) -> None:
     started = time.perf_counter()
     assert check(program) == []
     assert time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize(
+    "char, shown", [("\u2028", "U+2028"), ("\x1c", "U+001C"), ("\x85", "U+0085"), ("\x00", "U+0000")]
+)
+def test_an_unprintable_character_is_named_by_its_code_point(char: str, shown: str) -> None:
+    # so that the message stays on one line of the terminal and of `dojo check`'s output
+    _, _, rule, message = _only_error(HEAD + f"4 y[{{0}}] = x[{{0}}] {char} 1\n")
+    assert rule == "syntax" and f"`{shown}`" in message and message.isprintable()
+
+
+def test_dojo_interp_refuses_a_huge_temporary_with_a_position(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "huge.dojo"
+    path.write_text("kernel k(x) -> y\n\nx f32 [4] heap\ny f32 [4] heap\nt f32 [1000000000000] heap\n\n"
+                    "4 y[{0}] = x[{0}]\n")
+    assert main(["interp", "--seed", "0", "--out", str(tmp_path / "out.npz"), str(path)]) == 1
+    assert capsys.readouterr().err.startswith(f"{path}:5:1: error: the arrays of k take 4000000000064 bytes")
