@@ -2,8 +2,8 @@
 
 Builds kernels of 2,000 to 20,000 lines in the style of bench/parse_speed.py (a chain of fused
 row-wise stages under one outer scope) and times the parse and `check` (every checker rule, including
-the dependence analysis) apart, with every cache cleared. Appends the figures to
-bench/results/parse_speed.md when run by itself; bench/parse_speed.py writes them too.
+the dependence analysis) apart, with every cache cleared. bench/parse_speed.py writes the figures
+to bench/results/parse_speed.md; run by itself, this script prints them.
 """
 
 from __future__ import annotations
