@@ -508,12 +508,17 @@ def parse_line(code: str, line: int):
     whose lines are mostly unchanged."""
     kind = classify(code)
     parsed = fast_body_line(code, line) if kind == "body" else None
-    if parsed is not None:
+    if parsed is None:
+        parsed = _lark_line(code, line, kind)
+    if kind == "body":
         _check_nesting(parsed, code)
-        return parsed
+    return parsed
+
+
+def _lark_line(code: str, line: int, kind: str):
     _context.line = line
     try:
-        parsed = _LARK.parse(code, start=kind)
+        return _LARK.parse(code, start=kind)
     except UnexpectedInput as error:
         first = _FIRST_WORD.match(code)
         if first and first.group(1) in CONTROL_FLOW:
@@ -525,9 +530,6 @@ def parse_line(code: str, line: int):
                        "a body line is scope sizes followed by one operation")
             raise DojoError.at(span, message, "control-flow") from None
         raise DojoError([_syntax_error(error, code, line)]) from None
-    if kind == "body":
-        _check_nesting(parsed, code)
-    return parsed
 
 
 @dataclass

@@ -280,11 +280,10 @@ def _with_spans(node: object) -> object:
 
 
 def _by_lark(code: str, line: int) -> object:
-    parser._context.line = line
     try:
-        return parser._LARK.parse(code, start="body")
-    except Exception as error:  # noqa: BLE001 - any refusal, compared with the fast path's
-        return type(error).__name__
+        return parser._lark_line(code, line, "body")
+    except DojoError as error:
+        return error.diagnostics
 
 
 EDGES = [
