@@ -205,7 +205,6 @@ def _iterations(text: str) -> int | None:
 
 def _language_server(text: str, previous: str) -> list[str]:
     problems = []
-    lines = text.split("\n")
     for version, body in ((1, previous), (2, text)):  # didOpen of the kernel, then didChange to the mutant
         snapshot = Snapshot("file:///fuzz/kernel.dojo", version, body)
         found = snapshot.diagnostics + derivation_diagnostics(snapshot)
@@ -214,7 +213,7 @@ def _language_server(text: str, previous: str) -> list[str]:
                 problems.append(f"dojo-lsp: a diagnostic on line {diagnostic.range.start.line}, beyond the text")
         if snapshot.program is None and not found:
             problems.append("dojo-lsp: no program and no diagnostic")
-        snapshot.moves_at(1, len(lines))
+        snapshot.moves_at(1, len(snapshot.lines))  # the code actions of every line
     return problems
 
 

@@ -46,7 +46,7 @@ from .tree import (
 # Limits that keep every recursive walk of a tree (checker, printer,
 # interpreter, moves, code generators) far from Python's recursion limit.
 MAX_SCOPE_DEPTH = 64  # scopes around one operation
-MAX_EXPRESSION_DEPTH = 100  # nested operators, calls, parentheses and accesses in one expression
+MAX_EXPRESSION_DEPTH = 100  # nested operators, calls and accesses in one expression (parentheses add none)
 
 CONTROL_FLOW = frozenset(("if", "else", "while", "for", "do", "break", "continue", "return", "goto", "switch"))
 
@@ -496,7 +496,7 @@ def _check_nesting(body: BodyLine, code: str) -> None:
     node = _too_deep(body.op)
     if node is not None:
         raise DojoError.at(node.span or body.op.span, f"expression nested more than {MAX_EXPRESSION_DEPTH} deep "
-                           "(operators, calls, parentheses and accesses); this implementation nests at most that "
+                           "(operators, calls and accesses); this implementation nests at most that "
                            "many: split it with a temporary", "too-deep")
 
 
