@@ -99,7 +99,6 @@ class _Checker:
             names.add(b.name)
             for name in dict.fromkeys((b.name, *b.array_names)):
                 self.name_length(name, b.span)
-            for name in {b.name, *b.array_names}:
                 if name in KEYWORDS:
                     self.error(b.span, f"`{name}` is a keyword and cannot name a buffer or an array", "keyword-name")
             for array in b.array_names:
