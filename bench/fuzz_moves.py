@@ -12,8 +12,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from dojo_ir.fuzz import fuzz
-from dojo_ir.library import KERNELS
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.sections import write_section  # noqa: E402
+from dojo_ir.fuzz import fuzz  # noqa: E402
+from dojo_ir.library import KERNELS  # noqa: E402
 
 WALKS, STEPS, SEED = 500, 20, 2026
 
@@ -40,9 +43,7 @@ def main() -> int:
     ]
     for failure in report.failures:
         lines.append(f"\nFAILED {failure.kernel} ({failure.shape}): {failure.problem}\n  " + "\n  ".join(failure.moves))
-    out = Path(__file__).parent / "results" / "fuzz.md"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
+    write_section(Path(__file__).parent / "results" / "fuzz.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 1 if report.failures else 0
 

@@ -28,7 +28,7 @@ def diagnose(text: str) -> tuple[Program | None, list[Diagnostic]]:
     unparsed = {
         word
         for d in diagnostics
-        if d.rule == "syntax" and classify(lines[d.span.line - 1]) in ("kernel", "decl")
+        if d.rule in ("syntax", "too-large") and classify(lines[d.span.line - 1]) in ("kernel", "decl")
         for word in re.findall(r"\w+", lines[d.span.line - 1].partition("#")[0])
     }
     semantic = [

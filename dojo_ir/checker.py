@@ -8,19 +8,21 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterator
+from math import prod
 
 from .affine import NotAffine, affine
 from .dependence import carried_flows
-from .errors import NOWHERE as _NOWHERE
-from .errors import Diagnostic
+from .errors import NOWHERE, Diagnostic
 from .printer import access_text, expr_text
 from .tree import (
+    DTYPE_BYTES,
     DTYPES,
     FLOAT_DTYPES,
     FLOAT_ONLY_FUNCTIONS,
     FUNCTIONS,
     KEYWORDS,
     LOCATIONS,
+    MAX_INTEGER,
     SCOPE_KINDS,
     Access,
     Call,
@@ -38,6 +40,8 @@ from .tree import (
 )
 
 _SCOPE_KINDS = "u (unroll), p (parallel), v (vectorize), g (GPU grid), b (GPU block) or w (GPU warp)"
+MAX_NAME = 255  # characters in a name: names become C identifiers and keys of .npz archives
+_INTEGER_MAX = {"i32": (1 << 31) - 1, "i64": MAX_INTEGER}
 
 
 def _one_of(choices) -> str:
@@ -57,7 +61,7 @@ class _Checker:
         self.arrays = program.buffer_of
 
     def error(self, span: Span | None, message: str, rule: str) -> None:
-        self.found.append(Diagnostic(span or self.program.span or _NOWHERE, message, rule))
+        self.found.append(Diagnostic(span or self.program.span or NOWHERE, message, rule))
 
     # -- kernel line and declarations -----------------------------------------
 
@@ -67,6 +71,7 @@ class _Checker:
         named = list(zip(p.inputs + p.outputs, spans or [p.span] * len(p.inputs + p.outputs), strict=False))
         if p.name in KEYWORDS:
             self.error(p.span, f"`{p.name}` is a keyword and cannot name the kernel", "keyword-name")
+        self.name_length(p.name, p.span)
         if not p.outputs:
             self.error(p.span, "a kernel has at least one output: write `-> NAME` after the inputs", "no-output")
         seen: set[str] = set()
@@ -91,7 +96,8 @@ class _Checker:
             if b.name in names:
                 self.error(b.span, f"buffer `{b.name}` is declared twice", "duplicate")
             names.add(b.name)
-            for name in {b.name, *b.array_names}:
+            for name in dict.fromkeys((b.name, *b.array_names)):
+                self.name_length(name, b.span)
                 if name in KEYWORDS:
                     self.error(b.span, f"`{name}` is a keyword and cannot name a buffer or an array", "keyword-name")
             for array in b.array_names:
@@ -106,11 +112,17 @@ class _Checker:
                 self.error(b.location_span, f"unknown location `{b.location}`; expected {_one_of(LOCATIONS)}",
                            "unknown-location")
             for d in b.dims:
-                if d.size < 1:
+                if max(d.size, d.stored or 0) > MAX_INTEGER:
+                    self.error(d.span, f"dimension `{d}` of `{b.name}` is beyond 2**63 - 1", "too-large")
+                elif d.size < 1:
                     self.error(d.span, f"dimension `{d}` of `{b.name}` must be at least 1", "dimension")
                 elif d.stored is not None and not 1 <= d.stored < d.size:
                     self.error(d.span, f"`{d}`: the stored extent K of `D:K` must satisfy 1 <= K < {d.size}",
                                "dimension")
+            if b.dtype in DTYPES and all(1 <= d.size <= MAX_INTEGER for d in b.dims):
+                size = prod(b.shape) * DTYPE_BYTES[b.dtype]
+                if size > MAX_INTEGER:
+                    self.error(b.span, f"buffer `{b.name}` would take {size} bytes, more than 2**63 - 1", "too-large")
             held = [a for a in b.array_names if a in io]
             folded = [d for d in b.dims if d.stored is not None]
             if held and folded:
@@ -121,10 +133,17 @@ class _Checker:
                 self.error(b.span, f"buffer `{b.name}` holds the input `{inputs[0]}`, so it holds only that input",
                            "shared-input")
 
+    def name_length(self, name: str, span: Span | None) -> None:
+        if len(name) > MAX_NAME:
+            self.error(span, f"the name `{name[:16]}...` has {len(name)} characters; a name has at most {MAX_NAME}",
+                       "name-length")
+
     # -- the body ---------------------------------------------------------------
 
     def scopes(self) -> None:
         for scope, _ in walk_scopes(self.program.body):
+            if scope.size > MAX_INTEGER:
+                self.error(scope.span, f"scope size {scope.size} is beyond 2**63 - 1", "too-large")
             if scope.size < 1:
                 self.error(scope.span, f"scope size {scope.size}: a scope runs at least one iteration", "scope-size")
             if scope.kind and scope.kind not in SCOPE_KINDS:
@@ -231,6 +250,10 @@ class _Checker:
             if isinstance(node, Num) and not node.is_integer:
                 self.error(node.span, f"`{node.text}` is not an integer, and this operation computes in `{dtype}` "
                            f"(the dtype of `{op.target.array}`)", "integer-op")
+            elif isinstance(node, Num) and _beyond(node.text, _INTEGER_MAX[dtype]):
+                shown = node.text if len(node.text) <= 24 else f"{node.text[:12]}... ({len(node.text)} digits)"
+                self.error(node.span, f"`{shown}` does not fit in `{dtype}` (at most {_INTEGER_MAX[dtype]}), the dtype "
+                           f"of `{op.target.array}`", "integer-op")
             elif isinstance(node, Call) and node.func in FLOAT_ONLY_FUNCTIONS:
                 self.error(node.span, f"`{node.func}` needs a floating-point operation, and this one computes in "
                            f"`{dtype}` (the dtype of `{op.target.array}`)", "integer-op")
@@ -248,6 +271,11 @@ class _Checker:
                        "first; only a reduction's accumulator (`+=`, `*=`, `max=`, `min=`) may carry values from one "
                        "iteration to the next",
                        "dependent-iteration")
+
+
+def _beyond(digits: str, limit: int) -> bool:
+    digits = digits.lstrip("0")
+    return len(digits) > len(str(limit)) or int(digits or "0") > limit
 
 
 def _line(span: Span | None) -> int | str:

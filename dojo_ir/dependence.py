@@ -9,6 +9,7 @@ iteration box; the question becomes an integer feasibility problem
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -117,44 +118,86 @@ def _common(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return n
 
 
-def _overwritten(read: Touch, read_path, writes) -> bool:
-    """Is the element `read` reads always written earlier in the same
-    iteration of every scope the two share, by a plain `=` (`writes` are the
-    writes to its buffer)? Then its value never comes from an earlier
-    iteration: a temporary reused each time."""
-    used = {d for f in read.forms for d in f.depths}
-    for path, w in writes:
-        if path < read_path and not w.op.reduction and w.forms == read.forms:
-            shared = _common(path, read_path)
-            if all(d < shared for d in used):
-                return True
-    return False
+Steps = tuple[int, ...]  # child indices from the root to an operation
+
+
+@dataclass
+class _Writes:
+    """The writes inside one scope, indexed so that each read is answered
+    without looking at every write (which made checking long files quadratic).
+    Writes with the same index forms and extents conflict with a read alike,
+    so one question is asked per such group."""
+
+    # buffer -> (index forms, extents) -> reduction operator (None: `=`) -> the first such write
+    first: dict[str, dict[tuple, dict[str | None, tuple[Steps, Touch]]]]
+    # (buffer, index forms) -> paths of the plain `=` writes, in program order
+    plain: dict[tuple[str, tuple[Affine, ...]], list[Steps]]
+
+    @classmethod
+    def of(cls, inside: list[tuple[Steps, Touch]], buffer_of: dict[str, Buffer]) -> _Writes:
+        first: dict[str, dict[tuple, dict[str | None, tuple[Steps, Touch]]]] = {}
+        plain: dict[tuple[str, tuple[Affine, ...]], list[Steps]] = {}
+        for path, t in inside:
+            if t.write:
+                buffer = buffer_of[t.access.array].name
+                group = first.setdefault(buffer, {}).setdefault((t.forms, t.sizes), {})
+                group.setdefault(t.op.reduction, (path, t))
+                if not t.op.reduction:
+                    plain.setdefault((buffer, t.forms), []).append(path)
+        return cls(first, plain)
+
+    def overwritten(self, buffer: str, read: Touch, read_path: Steps) -> bool:
+        """Is the element `read` reads always written earlier in the same
+        iteration of every scope the two share, by a plain `=`? Then its value
+        never comes from an earlier iteration: a temporary reused each time."""
+        paths = self.plain.get((buffer, read.forms), [])
+        before = bisect_left(paths, read_path)
+        if not before:
+            return False
+        # of the earlier writes, the last shares the most enclosing scopes with the read
+        shared = _common(paths[before - 1], read_path)
+        return all(d < shared for f in read.forms for d in f.depths)
 
 
 def carried_flows(program: Program) -> Iterator[Flow]:
-    """Every pair of accesses through which a value can flow from one
-    iteration of a scope to a later iteration of the same scope. A read whose
-    element the same iteration always writes first carries nothing.
-    Undecidable pairs (the solver's budget ran out) are not reported."""
+    """Every read into which a value can flow from one iteration of a scope to
+    a later iteration of the same scope, once per scope around it, with the
+    first write it can come from other than into a reduction's accumulator
+    (or, when there is none, the first write it can come from at all). A
+    read whose element the same iteration always writes first carries
+    nothing. Undecidable pairs (the solver's budget ran out) are not
+    reported."""
     buffer_of = program.buffer_of
     placed = [(path, t) for path, op, chain in walk_op_paths(program.body) for t in touches(op, chain)]
+    paths = [path for path, _ in placed]
     for scope_path, (scope, above) in zip(_scope_paths(program.body), walk_scopes(program.body), strict=True):
         depth = len(above)
         directions = ("=",) * depth + ("<",)
-        inside = [(path, t) for path, t in placed if path[: depth + 1] == scope_path]
-        writes: dict[str, list[tuple[tuple[int, ...], Touch]]] = {}
-        for path, t in inside:
-            if t.write:
-                writes.setdefault(buffer_of[t.access.array].name, []).append((path, t))
+        # `placed` is in pre-order, which orders paths as tuples: the touches
+        # inside the scope are one run of it, found by bisection
+        after = scope_path[:-1] + (scope_path[-1] + 1,)
+        inside = placed[bisect_left(paths, scope_path):bisect_left(paths, after)]
+        writes = _Writes.of(inside, buffer_of)
         for read_path, r in inside:
-            buffer = buffer_of[r.access.array]
-            candidates = writes.get(buffer.name, ()) if not r.write else ()
-            flows = [w for _, w in candidates if conflict(w, r, buffer, directions)]
-            if not flows or _overwritten(r, read_path, candidates):
+            if r.write:
                 continue
-            for w in flows:
-                carried = r.accumulator and w.op.reduction in (None, r.op.reduction)
-                yield Flow(scope, depth, w.access, r.access, w.op, r.op, carried)
+            buffer = buffer_of[r.access.array]
+            found = [
+                (path, w)
+                for group in writes.first.get(buffer.name, {}).values()
+                if conflict(next(iter(group.values()))[1], r, buffer, directions)
+                for path, w in group.values()
+            ]
+            if not found or writes.overwritten(buffer.name, r, read_path):
+                continue
+            uncarried = [(path, w) for path, w in found if not _carried(w, r)]
+            _, w = min(uncarried or found, key=lambda pair: pair[0])
+            yield Flow(scope, depth, w.access, r.access, w.op, r.op, _carried(w, r))
+
+
+def _carried(write: Touch, read: Touch) -> bool:
+    """Whether the flow feeds a reduction's accumulator through the same operator or a plain write."""
+    return read.accumulator and write.op.reduction in (None, read.op.reduction)
 
 
 def _scope_paths(nodes, path: tuple[int, ...] = ()) -> Iterator[tuple[int, ...]]:

@@ -27,9 +27,9 @@ from math import prod
 import numpy as np
 
 from .affine import Affine, affine
-from .errors import NOWHERE as _NOWHERE
-from .errors import DojoError
+from .errors import NOWHERE, DojoError
 from .tree import (
+    DTYPE_BYTES,
     FLOAT_DTYPES,
     Access,
     Binary,
@@ -47,7 +47,7 @@ from .tree import (
     walk_ops,
 )
 
-__all__ = ["interpret", "random_inputs"]
+__all__ = ["MAX_BYTES", "interpret", "memory_bytes", "random_inputs"]
 
 _NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
 _REDUCE = {"+=": np.add, "*=": np.multiply, "max=": np.maximum, "min=": np.minimum}
@@ -64,6 +64,10 @@ _BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply}
 # Running a scope at once is skipped (the scope is looped instead) when the box
 # of vector axes would exceed this many points; it bounds memory, not meaning.
 _MAX_POINTS = 1 << 22
+# The most memory the arrays of one run may take (inputs, every buffer, the
+# outputs returned); a program needing more is refused before anything is
+# allocated, rather than failing inside numpy or exhausting the machine.
+MAX_BYTES = 4 << 30
 
 Value = np.ndarray | np.generic
 Index = int | np.ndarray
@@ -163,7 +167,11 @@ def _plan_nodes(nodes: tuple[Node, ...], depth: int, program: Program) -> tuple[
 def _compile(expr: Expr, dtype: type, program: Program, op: Op) -> Evaluator:
     """A function computing `expr` in `dtype` for the iterations in `env`."""
     if isinstance(expr, Num):
-        number = dtype(int(expr.text) if expr.is_integer else float(expr.text))
+        try:
+            number = dtype(int(expr.text) if expr.is_integer else float(expr.text))
+        except (OverflowError, ValueError):
+            message = f"the literal `{expr.text[:24]}` does not fit in {np.dtype(dtype).name}"
+            raise DojoError.at(expr.span or op.span or NOWHERE, message, "interpret") from None
         return lambda storage, env: number
     if isinstance(expr, Ref):
         depth = expr.depth
@@ -182,13 +190,13 @@ def _compile(expr: Expr, dtype: type, program: Program, op: Op) -> Evaluator:
             return lambda storage, env: ufunc(left(storage, env), right(storage, env))
         if np.issubdtype(dtype, np.floating):
             return lambda storage, env: np.divide(left(storage, env), right(storage, env))
-        span = op.span or expr.span or _NOWHERE
+        span = op.span or expr.span or NOWHERE
         return lambda storage, env: _truncating_divide(left(storage, env), right(storage, env), span)
     if isinstance(expr, Call):
         func = _FUNCTIONS[expr.func]
         args = [_compile(a, dtype, program, op) for a in expr.args]
         return lambda storage, env: func(*(a(storage, env) for a in args))
-    raise DojoError.at(expr.span or op.span or _NOWHERE, f"cannot evaluate {type(expr).__name__.lower()}", "interpret")
+    raise DojoError.at(expr.span or op.span or NOWHERE, f"cannot evaluate {type(expr).__name__.lower()}", "interpret")
 
 
 def _truncating_divide(a: Value, b: Value, span: Span) -> Value:
@@ -320,12 +328,30 @@ def _poison(dtype: type) -> np.generic:
 
 
 def _input_error(span: Span | None, message: str) -> DojoError:
-    return DojoError.at(span or _NOWHERE, message, "interpret-inputs")
+    return DojoError.at(span or NOWHERE, message, "interpret-inputs")
 
 
 def _input_span(program: Program, name: str) -> Span | None:
     """Where the kernel line names input `name`, else the kernel line."""
     return program.io_spans[program.inputs.index(name)] if program.io_spans else program.span
+
+
+def memory_bytes(program: Program) -> int:
+    """What running `program` allocates for arrays: every buffer's storage, and
+    the inputs given and outputs returned at their logical shapes."""
+    io = [program.buffer_of[name] for name in program.inputs + program.outputs]
+    return (sum(prod(b.storage_shape) * DTYPE_BYTES[b.dtype] for b in program.buffers)
+            + sum(prod(b.shape) * DTYPE_BYTES[b.dtype] for b in io))
+
+
+def _require_memory(program: Program, max_bytes: int) -> None:
+    """Refuse, before allocating, a program whose arrays would take more than `max_bytes`."""
+    total = memory_bytes(program)
+    if total > max_bytes:
+        largest = max(program.buffers, key=lambda b: prod(b.storage_shape) * DTYPE_BYTES[b.dtype])
+        message = (f"the arrays of {program.name} take {total} bytes (`{largest.name}` the most); "
+                   f"the interpreter allocates at most {max_bytes}")
+        raise DojoError.at(largest.span or program.span or NOWHERE, message, "interpret-memory")
 
 
 def _initial_storage(program: Program, inputs: Mapping[str, np.ndarray]) -> Storage:
@@ -359,12 +385,14 @@ def _logical(stored: np.ndarray, buffer: Buffer) -> np.ndarray:
 
 
 def interpret(
-    program: Program, inputs: Mapping[str, np.ndarray], *, keep_temporaries: bool = False
+    program: Program, inputs: Mapping[str, np.ndarray], *, keep_temporaries: bool = False, max_bytes: int = MAX_BYTES
 ) -> dict[str, np.ndarray]:
     """Run `program` on `inputs` (one array per kernel input, at its declared
     shape; cast to its dtype) and return the outputs by name, and also the
     temporaries if `keep_temporaries`. Every array comes at its declared
-    logical shape. Elements never written are NaN, or the least integer."""
+    logical shape. Elements never written are NaN, or the least integer.
+    A program whose arrays take more than `max_bytes` is refused (DojoError)."""
+    _require_memory(program, max_bytes)
     storage = _initial_storage(program, inputs)
     plans = _plan_nodes(program.body, 0, program)
     with np.errstate(all="ignore"):  # NaN and inf are values here, not accidents
@@ -373,9 +401,11 @@ def interpret(
     return {name: _logical(storage[program.buffer_of[name].name], program.buffer_of[name]) for name in names}
 
 
-def random_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
+def random_inputs(program: Program, seed: int, max_bytes: int = MAX_BYTES) -> dict[str, np.ndarray]:
     """Inputs for `program`, the same for the same seed: floats standard
-    normal, integers uniform in [-8, 8]."""
+    normal, integers uniform in [-8, 8]. Refused like `interpret` when the
+    program's arrays would take more than `max_bytes`."""
+    _require_memory(program, max_bytes)
     rng = np.random.default_rng(seed)
     inputs = {}
     for name in program.inputs:

@@ -22,7 +22,31 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from .errors import Diagnostic, DojoError
-from .tree import Access, Binary, Buffer, Call, Derivation, Dim, Name, Node, Num, Op, Program, Ref, Scope, Span, Unary
+from .tree import (
+    MAX_INTEGER,
+    Access,
+    Binary,
+    Buffer,
+    Call,
+    Derivation,
+    Dim,
+    Expr,
+    Name,
+    Node,
+    Num,
+    Op,
+    Program,
+    Ref,
+    Scope,
+    Span,
+    Unary,
+    children,
+)
+
+# Limits that keep every recursive walk of a tree (checker, printer,
+# interpreter, moves, code generators) far from Python's recursion limit.
+MAX_SCOPE_DEPTH = 64  # scopes around one operation
+MAX_EXPRESSION_DEPTH = 100  # nested operators, calls and accesses in one expression (parentheses add none)
 
 CONTROL_FLOW = frozenset(("if", "else", "while", "for", "do", "break", "continue", "return", "goto", "switch"))
 
@@ -36,6 +60,18 @@ def _span(token: Token) -> Span:
 
 def _cover(first: Span | None, last: Span | None) -> Span | None:
     return first.join(last) if first else last
+
+
+def _integer(digits: str, span: Span, what: str) -> int:
+    """The value of an integer literal; one beyond 64 bits is an error here,
+    before Python's digit limit for int() can make it a ValueError."""
+    if len(digits) < 19:  # the common case, and always below 2**63
+        return int(digits)
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_INTEGER)) or int(digits) > MAX_INTEGER:
+        shown = digits if len(digits) <= 24 else f"{digits[:12]}...{digits[-6:]} ({len(digits)} digits)"
+        raise DojoError.at(span, f"{what} {shown} is too large; at most 2**63 - 1 ({MAX_INTEGER})", "too-large")
+    return int(digits)
 
 
 def _names(tokens) -> tuple[tuple[str, Span], ...]:
@@ -115,7 +151,8 @@ class _Build(Transformer):
     @v_args(inline=True)
     def dim(self, size, _colon, stored):
         span = _span(size).join(_span(stored) if stored else None)
-        return Dim(int(size.value), int(stored.value) if stored else None, span)
+        return Dim(_integer(size.value, _span(size), "dimension"),
+                   _integer(stored.value, _span(stored), "stored extent") if stored else None, span)
 
     def body(self, c):
         return BodyLine(tuple(c[:-1]), c[-1])
@@ -123,7 +160,7 @@ class _Build(Transformer):
     @v_args(inline=True)
     def size(self, size, _colon, suffix):
         span = _span(size).join(_span(suffix) if suffix else None)
-        return ScopeToken("size", span, int(size.value), suffix.value if suffix else "")
+        return ScopeToken("size", span, _integer(size.value, _span(size), "scope size"), suffix.value if suffix else "")
 
     @v_args(inline=True)
     def bar(self, token):
@@ -147,13 +184,12 @@ class _Build(Transformer):
 
     @v_args(inline=True)
     def ref_access(self, token):
-        line, start = _context.line, token.column
-        name = token.value[: token.value.index("[")]
-        index = tuple(
-            Ref(int(m.group(1)), Span(line, start + m.start(), line, start + m.end()))
-            for m in _REF.finditer(token.value)
-        )
-        return Access(name, index, _span(token))
+        line, start, text = _context.line, token.column, token.value
+        index = []
+        for m in _REF.finditer(text):
+            span = Span(line, start + m.start(), line, start + m.end())
+            index.append(Ref(_integer(m.group(1), span, "scope reference"), span))
+        return Access(text[: text.index("[")], tuple(index), Span(line, start, line, token.end_column))
 
     @v_args(inline=True)
     def binary(self, left, op, right):
@@ -169,7 +205,7 @@ class _Build(Transformer):
 
     @v_args(inline=True)
     def ref(self, token):
-        return Ref(int(token.value[1:-1]), _span(token))
+        return Ref(_integer(token.value[1:-1], _span(token), "scope reference"), _span(token))
 
     @v_args(inline=True)
     def bare_name(self, token):
@@ -182,6 +218,171 @@ class _Build(Transformer):
     @v_args(inline=True)
     def paren(self, lpar, expr, rpar):
         return replace(expr, span=_span(lpar).join(_span(rpar)))
+
+
+# -- the common body line without lark -------------------------------------------
+#
+# Most lines of a file are body lines of the plain shape: integer sizes and
+# `|`, an access, an assignment, an expression. Lark takes most of a cold
+# parse's time, so these lines are read by the small parser below, which
+# accepts only text that the grammar accepts, builds the very tree (spans
+# included) that lark and `_Build` build, and hands everything else to lark:
+# symbolic sizes, data-dependent ranges, anything unexpected, every error.
+# tests/test_parser.py compares the two on the library and on mutated kernels.
+
+_FAST_TOKEN = re.compile(r"""[ \t\f\r\v]*(?:
+    (?P<REF_ACCESS>[A-Za-z_][A-Za-z0-9_]*\[(?:\{[0-9]+\}(?:,\{[0-9]+\})*)?\])
+  | (?P<ASSIGN>max=|min=|\+=|\*=|=)
+  | (?P<FLOAT>[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+|\.[0-9]+(?:[eE][-+]?[0-9]+)?)
+  | (?P<INT>[0-9]+)
+  | (?P<REF>\{[0-9]+\})
+  | (?P<NAME>[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<PUNCT>[-+*/()\[\],:|])
+  | (?P<END>\Z))""", re.VERBOSE)  # the grammar's terminals, in lark's order of priority
+_FAST_DEPTH = MAX_EXPRESSION_DEPTH  # deeper nesting goes to lark, which needs no stack for it
+_LONG = 19  # digits from which an integer may be beyond 64 bits: lark's path reports it
+
+
+class _NotFast(Exception):
+    """The line is not of the plain shape; lark reads it."""
+
+
+class _FastBody:
+    def __init__(self, code: str, line: int):
+        self.line = line
+        self.kinds: list[str] = []
+        self.texts: list[str] = []
+        self.starts: list[int] = []
+        position = 0
+        while True:
+            match = _FAST_TOKEN.match(code, position)
+            if match is None:
+                raise _NotFast
+            kind = match.lastgroup
+            if kind == "END":
+                break
+            self.kinds.append(match.group(kind) if kind == "PUNCT" else kind)
+            self.texts.append(match.group(kind))
+            self.starts.append(match.start(kind))
+            position = match.end()
+        self.kinds.append("$END")
+        self.texts.append("")
+        self.starts.append(len(code))
+        self.at = 0
+        self.depth = 0
+
+    def _take(self, kind: str | None = None) -> tuple[str, Span]:
+        if kind is not None and self.kinds[self.at] != kind:
+            raise _NotFast
+        text, start = self.texts[self.at], self.starts[self.at]
+        self.at += 1
+        return text, Span(self.line, start + 1, self.line, start + len(text) + 1)
+
+    def body(self) -> BodyLine:
+        tokens = []
+        while self.kinds[self.at] in ("INT", "|"):
+            if self.kinds[self.at] == "|":
+                tokens.append(ScopeToken("bar", self._take()[1]))
+                continue
+            digits, span = self._take()
+            suffix = ""
+            if self.kinds[self.at] == ":":
+                self._take()
+                suffix, suffix_span = self._take("NAME")
+                span = span.join(suffix_span)
+            if len(digits) >= _LONG:
+                raise _NotFast
+            tokens.append(ScopeToken("size", span, int(digits), suffix))
+        if self.kinds[self.at] not in ("NAME", "REF_ACCESS"):
+            raise _NotFast
+        target = self._atom(operand=False)
+        assign, _ = self._take("ASSIGN")
+        value = self._sum()
+        self._take("$END")
+        return BodyLine(tuple(tokens), Op(target, assign, value, span=target.span.join(value.span)))
+
+    def _sum(self) -> Expr:
+        self.depth += 1
+        if self.depth > _FAST_DEPTH:
+            raise _NotFast
+        left = self._product()
+        while self.kinds[self.at] in ("+", "-"):
+            op, _ = self._take()
+            right = self._product()
+            left = Binary(op, left, right, left.span.join(right.span))
+        self.depth -= 1
+        return left
+
+    def _product(self) -> Expr:
+        left = self._unary()
+        while self.kinds[self.at] in ("*", "/"):
+            op, _ = self._take()
+            right = self._unary()
+            left = Binary(op, left, right, left.span.join(right.span))
+        return left
+
+    def _unary(self) -> Expr:
+        if self.kinds[self.at] != "-":
+            return self._atom()
+        _, span = self._take()
+        self.depth += 1
+        if self.depth > _FAST_DEPTH:
+            raise _NotFast
+        operand = self._unary()
+        self.depth -= 1
+        return Unary("-", operand, span.join(operand.span))
+
+    def _atom(self, operand: bool = True) -> Expr:
+        kind = self.kinds[self.at]
+        text, span = self._take()
+        if kind in ("INT", "FLOAT") and operand or kind == "NAME" and operand and text == "inf":
+            return Num(text, span)
+        if kind == "REF" and operand:
+            if len(text) - 2 >= _LONG:
+                raise _NotFast
+            return Ref(int(text[1:-1]), span)
+        if kind == "REF_ACCESS":
+            index = []
+            for m in _REF.finditer(text):
+                if len(m.group(1)) >= _LONG:
+                    raise _NotFast
+                index.append(Ref(int(m.group(1)), Span(self.line, span.col + m.start(), self.line,
+                                                       span.col + m.end())))
+            return Access(text[: text.index("[")], tuple(index), span)
+        if kind == "NAME" and self.kinds[self.at] == "[":
+            self._take()
+            index, end = self._list("]")
+            return Access(text, index, span.join(end))
+        if kind == "NAME" and operand and self.kinds[self.at] == "(":
+            self._take()
+            args, end = self._list(")")
+            return Call(text, args, span.join(end))
+        if kind == "NAME" and operand:
+            return Name(text, span)
+        if kind == "(" and operand:
+            inner = self._sum()
+            _, end = self._take(")")
+            return replace(inner, span=span.join(end))
+        raise _NotFast
+
+    def _list(self, close: str) -> tuple[tuple[Expr, ...], Span]:
+        items = []
+        if self.kinds[self.at] != close:
+            items.append(self._sum())
+            while self.kinds[self.at] == ",":
+                self._take()
+                items.append(self._sum())
+        _, end = self._take(close)
+        return tuple(items), end
+
+
+def fast_body_line(code: str, line: int) -> BodyLine | None:
+    """The body line `code` read without lark, or None when it is not of the
+    plain shape (then lark reads it)."""
+    try:
+        return _FastBody(code, line).body()
+    except (_NotFast, RecursionError):  # lark needs no stack for deep nesting
+        return None
 
 
 _GRAMMAR = (Path(__file__).parent / "grammar.lark").read_text()
@@ -247,11 +448,18 @@ def classify(code: str) -> str:
     return "body"
 
 
+def _shown(text: str) -> str:
+    """`text` with every character that is not printable (a line or page
+    break, a control character) as its code point, so that a message stays
+    on one line."""
+    return "".join(c if c.isprintable() else f"U+{ord(c):04X}" for c in text)
+
+
 def _syntax_error(error: UnexpectedInput, code: str, line: int) -> Diagnostic:
     if isinstance(error, UnexpectedCharacters):
         char = code[error.pos_in_stream]
         hint = "; comparisons and control flow are not part of the format (Table 2)" if char in "<>!?&" else ""
-        message = f"unexpected character `{char}`; expected {_expected(error.allowed)}{hint}"
+        message = f"unexpected character `{_shown(char)}`; expected {_expected(error.allowed)}{hint}"
         return Diagnostic(Span(line, error.column, line, error.column + 1), message, "syntax")
     assert isinstance(error, UnexpectedToken)
     token = error.token
@@ -259,8 +467,37 @@ def _syntax_error(error: UnexpectedInput, code: str, line: int) -> Diagnostic:
         end = len(code.rstrip()) + 1
         message = f"unexpected end of line; expected {_expected(error.expected)}"
         return Diagnostic(Span(line, end, line, end + 1), message, "syntax")
-    message = f"unexpected `{token.value}`; expected {_expected(error.expected)}"
+    message = f"unexpected `{_shown(token.value)}`; expected {_expected(error.expected)}"
     return Diagnostic(Span(line, token.column, line, token.end_column), message, "syntax")
+
+
+_NESTING = re.compile(r"[-+*/(\[]")
+
+
+def _too_deep(op: Op) -> Expr | None:
+    """The first sub-expression of `op` nested deeper than MAX_EXPRESSION_DEPTH, if any."""
+    stack: list[tuple[Expr, int]] = [(op.value, 1), (op.target, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_EXPRESSION_DEPTH:
+            return node
+        stack.extend((child, depth + 1) for child in reversed(children(node)))
+    return None
+
+
+def _check_nesting(body: BodyLine, code: str) -> None:
+    if len(body.tokens) > MAX_SCOPE_DEPTH:
+        raise DojoError.at(body.tokens[MAX_SCOPE_DEPTH].span, f"more than {MAX_SCOPE_DEPTH} scopes around one "
+                           "operation; this implementation nests at most that many", "too-deep")
+    # every level of nesting takes an operator, a parenthesis or a bracket,
+    # so a line with few of them needs no walk
+    if len(_NESTING.findall(code)) < MAX_EXPRESSION_DEPTH - 1:
+        return
+    node = _too_deep(body.op)
+    if node is not None:
+        raise DojoError.at(node.span or body.op.span, f"expression nested more than {MAX_EXPRESSION_DEPTH} deep "
+                           "(operators, calls and accesses); this implementation nests at most that "
+                           "many: split it with a temporary", "too-deep")
 
 
 @lru_cache(maxsize=8192)
@@ -270,6 +507,15 @@ def parse_line(code: str, line: int):
     BodyLine, or raises DojoError. Cached: an editor re-parses a document
     whose lines are mostly unchanged."""
     kind = classify(code)
+    parsed = fast_body_line(code, line) if kind == "body" else None
+    if parsed is None:
+        parsed = _lark_line(code, line, kind)
+    if kind == "body":
+        _check_nesting(parsed, code)
+    return parsed
+
+
+def _lark_line(code: str, line: int, kind: str):
     _context.line = line
     try:
         return _LARK.parse(code, start=kind)

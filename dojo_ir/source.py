@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import DojoError
+from .errors import NOWHERE, DojoError
 from .tree import Span
 
 RULE = "read"
@@ -29,7 +29,7 @@ def read_source(path: Path) -> str:
     try:
         data = path.read_bytes()
     except OSError as error:
-        raise DojoError.at(Span(1, 1, 1, 1), f"cannot read: {error.strerror or error}", RULE) from None
+        raise DojoError.at(NOWHERE, f"cannot read: {error.strerror or error}", RULE) from None
     return decode(data)
 
 

@@ -22,6 +22,7 @@ ASSIGNS = ("=", "+=", "*=", "max=", "min=")
 REDUCTIONS = ("+=", "*=", "max=", "min=")
 FUNCTIONS = {"exp": 1, "log": 1, "sqrt": 1, "abs": 1, "tanh": 1, "max": 2, "min": 2}
 FLOAT_ONLY_FUNCTIONS = ("exp", "log", "sqrt", "tanh")
+MAX_INTEGER = (1 << 63) - 1  # the largest extent, size or integer a program may hold: C's int64_t
 KEYWORDS = frozenset(("kernel", "inf", *DTYPES, *LOCATIONS, *FUNCTIONS))
 
 
@@ -113,20 +114,27 @@ class Call:
 Expr = Num | Ref | Access | Name | Unary | Binary | Call
 
 
+def children(expr: Expr) -> tuple[Expr, ...]:
+    """The direct sub-expressions of `expr`, in source order."""
+    if isinstance(expr, Access):
+        return expr.index
+    if isinstance(expr, Unary):
+        return (expr.operand,)
+    if isinstance(expr, Binary):
+        return (expr.left, expr.right)
+    if isinstance(expr, Call):
+        return expr.args
+    return ()
+
+
 def walk_expr(expr: Expr) -> Iterator[Expr]:
     """Every sub-expression of `expr`, itself first, in source order."""
-    yield expr
-    if isinstance(expr, Access):
-        for index in expr.index:
-            yield from walk_expr(index)
-    elif isinstance(expr, Unary):
-        yield from walk_expr(expr.operand)
-    elif isinstance(expr, Binary):
-        yield from walk_expr(expr.left)
-        yield from walk_expr(expr.right)
-    elif isinstance(expr, Call):
-        for arg in expr.args:
-            yield from walk_expr(arg)
+    # iterative, so that no nesting depth can exhaust Python's stack
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
 
 
 def accesses(expr: Expr) -> Iterator[Access]:

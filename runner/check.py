@@ -12,9 +12,8 @@ from pathlib import Path
 
 from dojo_ir import Diagnostic, DojoError, Program, diagnose, interpret, random_inputs
 from dojo_ir.derivation import derivation_diagnostics, read_spec
-from dojo_ir.errors import LIMITS, beyond_limits
+from dojo_ir.errors import LIMITS, NOWHERE, beyond_limits
 from dojo_ir.source import read_source
-from dojo_ir.tree import Span
 
 from .verify import compare
 
@@ -37,7 +36,7 @@ def check_text(text: str, path: Path, verify: bool = False) -> list[Diagnostic]:
     try:
         program, found = diagnose(text)
     except LIMITS as error:
-        return [beyond_limits(error, Span(1, 1, 1, 1))]
+        return [beyond_limits(error, NOWHERE)]
     if verify and program is not None and not found and program.derivation is not None:
         found = found + verify_derivation(program, read_spec(program, path))
     return found
@@ -58,7 +57,7 @@ def same_numbers(program: Program, spec: Program) -> list[Diagnostic]:
     except DojoError as error:
         return list(error.diagnostics)
     except LIMITS as error:  # sizes the checker accepts may still be beyond this machine
-        return [beyond_limits(error, program.span or Span(1, 1, 1, 1))]
+        return [beyond_limits(error, program.span or NOWHERE)]
     same, worst = compare(spec, actual, expected)
     if same or program.span is None:
         return []

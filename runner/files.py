@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import fcntl
 import os
-import tempfile
+import secrets
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,14 +13,25 @@ from pathlib import Path
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace `path` with `data` so that a crash leaves the old file or the
-    new one, never half of either."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    new one, never half of either. A symbolic link is written through (its
+    target is replaced, the link stays); an existing file keeps its mode, and
+    a new one gets the mode the umask gives."""
+    target = Path(os.path.realpath(path))
+    try:
+        mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = None
+    temporary = target.with_name(f".{target.name}.{secrets.token_hex(8)}.tmp")
+    # created like any new file (0666 less the umask), not mkstemp's 0600
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(handle, "wb") as out:
+            if mode is not None:
+                os.fchmod(out.fileno(), mode)
             out.write(data)
-        os.replace(temporary, path)
+        os.replace(temporary, target)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
 
 

@@ -246,7 +246,7 @@ class LocalRunner:
         # Inputs are drawn and written once per spec: for the big ones (a batch norm's 403 MB) that
         # took seconds, longer than the timed runs of an evaluation.
         self._input_dir = Path(tempfile.mkdtemp(prefix="dojo-inputs-"))
-        weakref.finalize(self, shutil.rmtree, self._input_dir, True)
+        self._remove_inputs = weakref.finalize(self, shutil.rmtree, self._input_dir, True)
         self._inputs = _Recent(INPUT_CACHE_BYTES, lambda i: i.nbytes, lambda i: i.file.unlink(missing_ok=True))
         self._cancelled = False
         self._running: set[subprocess.Popen] = set()
@@ -258,6 +258,10 @@ class LocalRunner:
             self._cancelled = True
             for process in self._running:
                 _kill(process)
+
+    def close(self) -> None:
+        """Remove the input files now; a process ended by a signal never collects this runner."""
+        self._remove_inputs()
 
     def targets(self) -> list[dict[str, Any]]:
         return [{"name": t.name, "language": t.language, "buildable": t.buildable(), "runnable": t.runnable()}

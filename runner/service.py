@@ -17,7 +17,11 @@ the service adds an overall limit per run so that no request waits forever.
 
 Status codes: 200 with a RunResult (also when the kernel failed: see its `error`), 401 bad token,
 413 body over `--max-body`, 422 bad request (`{"error": message}`, plus positioned `errors` for
-invalid IR; also a kernel whose inputs and outputs exceed `--max-data`), 503 queue full.
+invalid IR; also a kernel whose arrays, temporaries included, exceed `--max-data`), 503 queue full.
+
+Every request is bounded before work starts: its body by `--max-body`, its JSON to the five fields
+with their types, its arrays by `--max-data`. The IR is parsed and checked in the worker, one request
+at a time, and counts against `--run-limit` (the parser's own limits are in docs/format.md).
 """
 
 from __future__ import annotations
@@ -27,18 +31,18 @@ import asyncio
 import contextlib
 import hmac
 import json
+import signal
 import socket
 import sys
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib.metadata import version
-from math import prod
+from types import FrameType
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -46,7 +50,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dojo_ir import Program, diagnose
-from dojo_ir.tree import DTYPE_BYTES
+from dojo_ir.interpreter import memory_bytes
 from runner.client import read_token
 from runner.local import LocalRunner
 from runner.result import RunResult
@@ -68,25 +72,29 @@ class RequestError(HTTPException):
 
 @dataclass(frozen=True)
 class RunRequest:
-    program: Program
+    """The fields of a request, checked but not yet parsed as IR."""
+
+    program: str
     target: str
     repeats: int
     warmup: int
-    spec: Program | None
+    spec: str | None
 
 
-def parse_run_request(body: bytes, targets: list[dict[str, Any]], max_data: int = MAX_DATA) -> RunRequest:
-    """The request in `body`, checked field by field; raise RequestError (422) on the first problem,
-    or with every positioned error when the IR is invalid."""
+def parse_run_request(body: bytes, targets: list[dict[str, Any]]) -> RunRequest:
+    """The request in `body`, checked field by field; raise RequestError (422) on the first problem.
+    Cheap enough for the event loop: JSON of at most the body limit, and no IR parsed yet."""
     try:
         fields = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise RequestError(422, f"the body is not JSON: {error}") from None
+    except (UnicodeDecodeError, ValueError) as error:  # also a number beyond Python's digit limit
+        raise RequestError(422, f"the body is not JSON: {str(error)[:200]}") from None
+    except RecursionError:
+        raise RequestError(422, "the body is not a request: it nests too deeply") from None
     if not isinstance(fields, dict):
         raise RequestError(422, "the body must be a JSON object")
     unknown = sorted(set(fields) - _FIELDS)
     if unknown:
-        raise RequestError(422, f"unknown field {', '.join(unknown)}; expected {', '.join(sorted(_FIELDS))}")
+        raise RequestError(422, f"unknown field {', '.join(unknown)[:200]}; expected {', '.join(sorted(_FIELDS))}")
     if not isinstance(fields.get("program"), str):
         raise RequestError(422, "`program` must be the .dojo text of the kernel")
     target = fields.get("target", "native")
@@ -96,33 +104,36 @@ def parse_run_request(body: bytes, targets: list[dict[str, Any]], max_data: int 
     spec = fields.get("spec")
     if spec is not None and not isinstance(spec, str):
         raise RequestError(422, "`spec` must be .dojo text or null")
-    program, errors = _load("program", fields["program"])
-    if spec is not None:
-        spec, spec_errors = _load("spec", spec)
+    return RunRequest(fields["program"], target, repeats, warmup, spec)
+
+
+def load_programs(request: RunRequest, max_data: int = MAX_DATA) -> tuple[Program, Program | None]:
+    """The program and the spec of `request`, parsed and checked; raise RequestError (422) with every
+    positioned error when the IR is invalid, or when the arrays would take more than `max_data`."""
+    program, errors = _load("program", request.program)
+    spec = None
+    if request.spec is not None:
+        spec, spec_errors = _load("spec", request.spec)
         errors += spec_errors
     if errors:
         raise RequestError(422, f"invalid IR: {len(errors)} error{'s' * (len(errors) != 1)}", errors=errors)
     assert program is not None
-    # the runner makes the inputs and reads the outputs in this process, so a few lines of IR declaring
-    # huge arrays would take the service down rather than a contained child
-    data = sum(_bytes(p) for p in (program, spec) if p is not None)
+    # the runner makes the inputs, reads the outputs and interprets small specs in this process, so a
+    # few lines of IR declaring huge arrays (temporaries too) would take the service down
+    data = max(memory_bytes(p) for p in (program, spec) if p is not None)
     if data > max_data:
-        raise RequestError(422, f"the kernel's inputs and outputs take {data} bytes; this runner takes {max_data}")
-    return RunRequest(program, target, repeats, warmup, spec)
-
-
-def _bytes(program: Program) -> int:
-    """What the inputs and outputs of `program` take at their logical shapes."""
-    buffers = [program.buffer_of[name] for name in program.inputs + program.outputs]
-    return sum(prod(b.shape) * DTYPE_BYTES[b.dtype] for b in buffers)
+        raise RequestError(422, f"the kernel's arrays take {data} bytes; this runner takes {max_data}")
+    return program, spec
 
 
 def _check_target(target: object, targets: list[dict[str, Any]]) -> None:
     runnable = [t["name"] for t in targets if t["runnable"]]
+    if not isinstance(target, str):
+        raise RequestError(422, f"`target` must be a name; this runner runs {', '.join(runnable) or 'nothing'}")
     if target not in runnable:
         # a target this machine knows but cannot run is refused too: a result would only say so later
         problem = "unknown target" if target not in {t["name"] for t in targets} else "this machine cannot run target"
-        raise RequestError(422, f"{problem} {target!r}; this runner runs {', '.join(runnable) or 'nothing'}")
+        raise RequestError(422, f"{problem} {target[:100]!r}; this runner runs {', '.join(runnable) or 'nothing'}")
 
 
 def _integer(fields: dict[str, Any], name: str, default: int, allowed: range) -> int:
@@ -216,8 +227,7 @@ class Service:
 
     async def run(self, request: Request) -> Response:
         body = await read_body(request, self.max_body)
-        # parsing a large program takes long enough to stall health checks, so it leaves the event loop
-        job = await run_in_threadpool(parse_run_request, body, self.targets, self.max_data)
+        job = parse_run_request(body, self.targets)
         if self.queue >= self.max_queue:
             raise RequestError(503, f"the queue is full ({self.max_queue} runs); try again later")
         self.queue += 1
@@ -234,9 +244,10 @@ class Service:
 
         def work() -> RunResult:
             loop.call_soon_threadsafe(started.set)
-            return self.runner.run(
-                job.program, target=job.target, repeats=job.repeats, warmup=job.warmup, spec=job.spec
-            )
+            # parsing and checking a large program takes seconds: here it stalls no health check,
+            # disturbs no benchmark, and counts against the run's limit
+            program, spec = load_programs(job, self.max_data)
+            return self.runner.run(program, target=job.target, repeats=job.repeats, warmup=job.warmup, spec=spec)
 
         future = asyncio.wrap_future(self.worker.submit(work))
         try:
@@ -318,5 +329,15 @@ def main(argv: list[str] | None = None) -> int:
     url = f"http://[{host}]:{port}" if family == socket.AF_INET6 else f"http://{host}:{port}"
     print(f"dojo-runner: listening on {url}", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level="info", server_header=False, proxy_headers=False)
-    uvicorn.Server(config).run(sockets=[listener])
+    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again with the handler it found
+    # installed: this one turns it into SystemExit, so that the runner's input files are removed
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        uvicorn.Server(config).run(sockets=[listener])
+    finally:
+        runner.close()
     return 0
+
+
+def _exit_on_signal(number: int, _: FrameType | None) -> None:
+    raise SystemExit(128 + number)

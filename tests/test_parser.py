@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from dojo_ir import DojoError, diagnose, parse, parse_with_diagnostics
+from dojo_ir import DojoError, diagnose, parse, parse_with_diagnostics, parser
+from dojo_ir.library import KERNELS
+from dojo_ir.parser import source_lines
 from dojo_ir.tree import Access, Binary, Num, Op, Ref, Scope, Span, Unary, walk_ops
 
 KERNEL = """\
@@ -261,3 +265,52 @@ def test_control_flow_words_are_names_like_any_other(name: str) -> None:
     program, diagnostics = diagnose(text)
     assert diagnostics == []
     assert program.outputs == (name,)
+
+
+# -- the plain body line without lark --------------------------------------------------
+
+
+def _with_spans(node: object) -> object:
+    """`node` as nested tuples that include the spans (which node equality leaves out)."""
+    if dataclasses.is_dataclass(node):
+        return (type(node).__name__, *((f.name, _with_spans(getattr(node, f.name))) for f in dataclasses.fields(node)))
+    if isinstance(node, tuple):
+        return tuple(_with_spans(item) for item in node)
+    return node
+
+
+def _by_lark(code: str, line: int) -> object:
+    try:
+        return parser._lark_line(code, line, "body")
+    except DojoError as error:
+        return error.diagnostics
+
+
+EDGES = [
+    "4y[{0}] = 1", "4 : p y[{0}]=1", "4:p y[{0}] max= inf", "y[] = -inf", "y[ {0} , {1} ] = x[{0},{1}]",
+    "y[{0}] = inf[{0}]", "y[{0}] = inf [{0}]", "y[{0}] = max(1,2)", "y[{0}] = max=1", "y[{0}] += 1.",
+    "y[{0}] = .5e3", "y[{0}] = 1e5", "1e5 y[{0}] = 1", "y[{0}] = f()", "y[{0}] = f(1,)", "y[{0}] = ((x[{0}]))",
+    "y[{0}] = - - 1", "y[{0}] = 2 - -1 * 3 / (4 + 5)", "| | 3 y[{0}] = 007", "inf [{0}] = 1", "y[{0}] = a b",
+    "y[{0}]", "y[{0}] =", "x[{0}] 4 y[{0}] = 1", "n 4 y[{0}] = 1", "\t4\fy[{0}]\v=\r1", "y[{01}] = {007}",
+    "y[x[{0}]] = 1", "4:p:q y[] = 1", "4: y[] = 1", "y[{0}] = 1.5.3", "y[{0}] = é", "y[{0}] = exp (1)",
+    "y [{0}] = x [{0}]", "y[{0}] = x[{0}] min= 1", "99999999999999999999 y[] = 1", "y[{99999999999999999999}] = 1",
+]
+
+
+def test_the_fast_path_reads_plain_body_lines_exactly_as_lark_does() -> None:
+    # the fast path must accept only what the grammar accepts and build the same tree, spans
+    # included; anything else it hands to lark (None)
+    from bench.fuzz_input import mutants
+
+    texts = [KERNELS[name].small() for name in KERNELS] + [m.text for m in mutants(300, seed=7)]
+    lines = [(code, 6) for code in EDGES]
+    lines += [(parser._split_comment(raw)[0], n) for text in texts for n, raw in enumerate(source_lines(text), 1)]
+    fast = 0
+    for code, line in lines:
+        if parser.classify(code) != "body" or (found := parser.fast_body_line(code, line)) is None:
+            continue
+        if parser._too_deep(found.op) is not None or len(found.tokens) > parser.MAX_SCOPE_DEPTH:
+            continue  # lark's tree would be as deep: compared by the nesting tests instead
+        fast += 1
+        assert _with_spans(found) == _with_spans(_by_lark(code, line)), code
+    assert fast > 900  # plain lines of the library and of the mutants

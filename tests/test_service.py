@@ -3,7 +3,9 @@ real socket by httpx and by `RemoteRunner`, benchmarking with the real local run
 
 from __future__ import annotations
 
+import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from starlette.testclient import TestClient
 from starlette.types import ASGIApp
 
 from dojo_ir import diagnose, load
@@ -200,7 +203,8 @@ def test_a_kernel_with_huge_arrays_is_refused_before_any_is_made(service: Servic
     huge = RELU.replace("[4, 6]", "[65536, 65536]").replace("4 6 y", "65536 65536 y")
     response = _run(service, program=huge)
     assert response.status_code == 422
-    assert "take 34359738368 bytes" in response.json()["error"]
+    # x and y as the runner stores them, then as the inputs it makes and the outputs it reads
+    assert "arrays take 68719476736 bytes" in response.json()["error"]
 
 
 def test_an_invalid_spec_is_reported_as_the_spec(service: Service) -> None:
@@ -408,3 +412,101 @@ def test_a_run_past_the_limit_is_an_error_and_the_next_does_not_overlap_it() -> 
             assert second.result().status_code == 200
     assert runner.most == 1
     assert second.result().json()["verified"] is True
+
+
+# -- hostile requests (issue 16): each is a 422 before any work, never a 500 -------------------------
+
+HEAD = "kernel k(x) -> y\n\nx f32 [4] heap\ny f32 [4] heap\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"program": "", "target": ["native"]}', "`target` must be a name"),
+        (b"[" * 100_000 + b"]" * 100_000, "nests too deeply"),
+        (b'{"program": "", "repeats": ' + b"7" * 5000 + b"}", "not JSON"),
+        (b'{"program": "", "target": {"a": 1}}', "`target` must be a name"),
+    ],
+    ids=["target list", "deep JSON", "5000 digits", "target object"],
+)
+def test_a_malformed_request_is_a_422(body: bytes, message: str) -> None:
+    with _test_client() as client:
+        response = client.post("/v1/run", content=body)
+    assert response.status_code == 422
+    assert message in response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("program", "rule"),
+    [
+        (HEAD + "\n" + "1 " * 331 + "y[0] = x[0]\n", "too-deep"),
+        (HEAD + "\n4 y[{0}] = " + " + ".join(["x[{0}]"] * 989) + "\n", "too-deep"),
+        (HEAD + "\n4 y[{0}] = " + "exp(" * 2000 + "x[{0}]" + ")" * 2000 + "\n", "too-deep"),
+        (HEAD + "\n" + "1" * 5000 + " y[0] = x[0]\n", "too-large"),
+        (HEAD + "\n9223372036854775808 y[0] = x[0]\n", "too-large"),
+    ],
+    ids=["331 scopes", "989 terms", "2000 exp(", "5000 digits", "2**63"],
+)
+def test_a_hostile_program_is_a_422_with_positioned_errors(program: str, rule: str) -> None:
+    with _test_client() as client:
+        response = client.post("/v1/run", json={"program": program})
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["rule"] == rule
+
+
+def test_a_huge_temporary_is_refused_before_anything_is_allocated() -> None:
+    program = HEAD + "t f32 [1000000000000] heap\n\n4 y[{0}] = x[{0}]\n"  # a 4 TB temporary
+    runner = _BlockingRunner()
+    with _test_client(runner) as client:
+        response = client.post("/v1/run", json={"program": program, "spec": program})
+    assert response.status_code == 422
+    assert "arrays take 4000000000064 bytes" in response.json()["error"]
+    assert runner.most == 0
+
+
+def test_the_ir_is_parsed_in_the_worker_one_request_at_a_time() -> None:
+    runner = _BlockingRunner()  # holds the worker until released
+    app = create_app(runner, "token", run_limit_s=20)
+    with _in_thread(app) as url, httpx.Client(base_url=url, headers={"Authorization": "Bearer token"}) as client:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(client.post, "/v1/run", json={"program": RELU})
+            while client.get("/v1/health").json()["queue"] == 0:
+                time.sleep(0.01)
+            # an invalid program waits for the worker like any run: its parse never overlaps a benchmark
+            invalid = pool.submit(client.post, "/v1/run", json={"program": INVALID})
+            time.sleep(0.2)
+            assert client.get("/v1/health").json()["queue"] == 2 and not invalid.done()
+            runner.release.set()
+            assert first.result().status_code == 200 and invalid.result().status_code == 422
+
+
+@contextmanager
+def _test_client(runner: _BlockingRunner | None = None) -> Iterator[TestClient]:
+    if runner is None:
+        runner = _BlockingRunner()
+        runner.release.set()
+    with TestClient(create_app(runner, "token"), headers={"Authorization": "Bearer token"}) as client:
+        yield client
+
+
+def test_sigterm_removes_the_input_folder(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("secret-token\n")
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    log = tmp_path / "service.log"
+    command = [str(Path(sys.executable).with_name("dojo-runner")), "serve", "--port", "0",
+               "--token-file", str(token_file), "--cache-dir", str(tmp_path / "cache")]
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "TMPDIR": str(temporary)})
+    try:
+        _wait_until_serving(process, log)
+        assert [p.name[:12] for p in temporary.iterdir()] == ["dojo-inputs-"]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert list(temporary.iterdir()) == []

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from dojo_ir import interpret, load, random_inputs, to_text
+from dojo_ir.errors import NOWHERE
 from dojo_ir.library import KERNELS
-from dojo_ir.tree import Span
 from runner.check import check_text
 from runner.files import write_atomically
 
@@ -101,7 +101,7 @@ def cmd_interp(args: argparse.Namespace) -> int:
     try:
         np.savez(archive, **(outputs | ({} if args.inputs else inputs)))
     except struct.error:  # the zip format's limit on a member's name
-        span = program.span or Span(1, 1, 1, 1)
+        span = program.span or NOWHERE
         raise CommandError(f"{args.file}:{span.line}:{span.col}: error: an array name is too long for an .npz "
                            "archive (at most 65,535 bytes)") from None
     write_atomically(out, archive.getvalue())

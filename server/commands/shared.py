@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dojo_ir import DojoError, Program, load
 from dojo_ir.derivation import spec_path
-from dojo_ir.errors import LIMITS, beyond_limits
+from dojo_ir.errors import LIMITS, NOWHERE, beyond_limits
 from dojo_ir.source import decode, read_source
 from dojo_ir.tree import Span
 
@@ -30,7 +30,7 @@ def reporting(path: str, where: Span | None = None) -> Iterator[None]:
     except DojoError as error:
         raise CommandError(error.format(path)) from None
     except LIMITS as error:
-        raise CommandError(beyond_limits(error, where or Span(1, 1, 1, 1)).format(path)) from None
+        raise CommandError(beyond_limits(error, where or NOWHERE).format(path)) from None
 
 
 def read(path: str) -> str:

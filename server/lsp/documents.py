@@ -26,7 +26,7 @@ from lsprotocol import types as lsp
 from dojo_ir import DojoError, Program, diagnose, load
 from dojo_ir.analysis import Analysis
 from dojo_ir.derivation import spec_path
-from dojo_ir.errors import Diagnostic
+from dojo_ir.errors import NOWHERE, Diagnostic
 from dojo_ir.moves import Move, legal_moves, move_lines
 from dojo_ir.parser import classify
 from dojo_ir.paths import TreePath
@@ -88,7 +88,7 @@ class Snapshot:
         if self._analysed is not None:
             return
         if len(self.text) > MAX_CHARS:
-            program, diagnostics = None, [Diagnostic(Span(1, 1, 1, 1), f"the document has {len(self.text):,} "
+            program, diagnostics = None, [Diagnostic(NOWHERE, f"the document has {len(self.text):,} "
                                                      "characters; the language server analyses documents of up to "
                                                      f"{MAX_CHARS:,}", "size")]
         else:

@@ -1,0 +1,76 @@
+"""runner/files.write_atomically: whole or not at all, and otherwise like writing the file in place:
+the mode stays, a symbolic link stays a link to its target, a new file gets the umask's mode."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dojo_ir.library import KERNELS
+from runner.files import write_atomically
+from server.cli import main
+
+
+@pytest.fixture
+def umask() -> Iterator[None]:
+    old = os.umask(0o027)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o755, 0o600, 0o664])
+def test_an_existing_file_keeps_its_mode(tmp_path: Path, mode: int) -> None:
+    path = tmp_path / "kernel.dojo"
+    path.write_bytes(b"old")
+    path.chmod(mode)
+    write_atomically(path, b"new")
+    assert (path.read_bytes(), _mode(path)) == (b"new", mode)
+
+
+def test_a_new_file_gets_the_mode_of_the_umask(tmp_path: Path, umask: None) -> None:
+    path = tmp_path / "new.dojo"
+    write_atomically(path, b"text")
+    assert _mode(path) == 0o640  # 0666 less 027, not mkstemp's 0600
+
+
+def test_a_symbolic_link_is_written_through_and_stays_a_link(tmp_path: Path) -> None:
+    target = tmp_path / "real" / "kernel.dojo"
+    target.parent.mkdir()
+    target.write_bytes(b"old")
+    target.chmod(0o644)
+    link = tmp_path / "link.dojo"
+    link.symlink_to(target)
+    write_atomically(link, b"new")
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert (target.read_bytes(), _mode(target)) == (b"new", 0o644)
+    assert sorted(p.name for p in target.parent.iterdir()) == ["kernel.dojo"]  # no temporary left
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "kernel.dojo"
+    path.write_bytes(b"old")
+    with pytest.raises(TypeError):
+        write_atomically(path, "not bytes")  # type: ignore[arg-type]
+    assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["kernel.dojo"]
+
+
+def test_fmt_write_formats_the_target_of_a_link(tmp_path: Path) -> None:
+    canonical = KERNELS["relu"].small()
+    target = tmp_path / "relu.dojo"
+    target.write_text(canonical.replace("heap\n", "heap   \n", 1) + "\n\n")
+    target.chmod(0o644)
+    link = tmp_path / "link.dojo"
+    link.symlink_to(target)
+    assert main(["fmt", "--write", str(link)]) == 0
+    assert link.is_symlink()
+    assert target.read_text() == canonical and _mode(target) == 0o644
