@@ -20,16 +20,18 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
-from check_speed import measure as measure_long_files
-from check_speed import table as long_files_table
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dojo_ir import diagnose, to_text
-from dojo_ir.affine import affine
-from dojo_ir.dependence import _conflict
-from dojo_ir.parser import parse_line
+from bench.check_speed import measure as measure_long_files  # noqa: E402
+from bench.check_speed import table as long_files_table  # noqa: E402
+from dojo_ir import diagnose, to_text  # noqa: E402
+from dojo_ir.affine import affine  # noqa: E402
+from dojo_ir.dependence import _conflict  # noqa: E402
+from dojo_ir.parser import parse_line  # noqa: E402
 
 ROWS, COLS = 4096, 512
 
