@@ -492,6 +492,7 @@ def _test_client(runner: _BlockingRunner | None = None) -> Iterator[TestClient]:
 def test_sigterm_removes_the_input_folder(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("secret-token\n")
+    token_file.chmod(0o600)
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     log = tmp_path / "service.log"
