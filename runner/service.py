@@ -50,6 +50,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dojo_ir import Program, diagnose
+from dojo_ir.collector import for_long_kernels
 from dojo_ir.interpreter import memory_bytes
 from runner.client import read_token
 from runner.local import LocalRunner
@@ -304,6 +305,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
+    for_long_kernels()
     try:
         token = read_token(args.token_file)
     except (OSError, UnicodeDecodeError, ValueError) as error:

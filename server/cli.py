@@ -12,6 +12,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from dojo_ir.collector import for_long_kernels
+
 from .commands import agent, library, moves, program, run, tune
 from .commands.shared import CommandError
 
@@ -28,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for_long_kernels()
     try:
         return args.run(args)
     except CommandError as error:

@@ -11,6 +11,8 @@ import argparse
 import logging
 import sys
 
+from dojo_ir.collector import for_long_kernels
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dojo-lsp", description="The PerfDojo language server.")
@@ -28,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     if (args.verify or args.format != "text") and not args.check:
         parser.error("--verify and --format go with --check")
     logging.basicConfig(stream=sys.stderr, level=args.log_level, format="dojo-lsp %(levelname)s %(name)s: %(message)s")
+    for_long_kernels()
 
     if args.check:
         from .check import run_check
