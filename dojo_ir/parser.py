@@ -220,15 +220,17 @@ class _Build(Transformer):
         return replace(expr, span=_span(lpar).join(_span(rpar)))
 
 
-# -- the common body line without lark -------------------------------------------
+# -- the common lines without lark ------------------------------------------------
 #
-# Most lines of a file are body lines of the plain shape: integer sizes and
-# `|`, an access, an assignment, an expression. Lark takes most of a cold
-# parse's time, so these lines are read by the small parser below, which
-# accepts only text that the grammar accepts, builds the very tree (spans
-# included) that lark and `_Build` build, and hands everything else to lark:
-# symbolic sizes, data-dependent ranges, anything unexpected, every error.
-# tests/test_parser.py compares the two on the library and on mutated kernels.
+# Most lines of a file are body lines of the plain shape (integer sizes and
+# `|`, an access, an assignment, an expression) or declarations of the plain
+# shape (`x f32 [4096, 512:520] heap`). Lark takes most of a cold parse's time,
+# so these lines are read by the small parser below, which accepts only text
+# that the grammar accepts, builds the very tree (spans included) that lark and
+# `_Build` build, and hands everything else to lark: symbolic sizes,
+# data-dependent ranges, reuse (`-> a, b`), keywords used as names, anything
+# unexpected, every error. tests/test_parser.py compares the two on the
+# library and on mutated kernels.
 
 _FAST_TOKEN = re.compile(r"""[ \t\f\r\v]*(?:
     (?P<REF_ACCESS>[A-Za-z_][A-Za-z0-9_]*\[(?:\{[0-9]+\}(?:,\{[0-9]+\})*)?\])
@@ -241,13 +243,14 @@ _FAST_TOKEN = re.compile(r"""[ \t\f\r\v]*(?:
   | (?P<END>\Z))""", re.VERBOSE)  # the grammar's terminals, in lark's order of priority
 _FAST_DEPTH = MAX_EXPRESSION_DEPTH  # deeper nesting goes to lark, which needs no stack for it
 _LONG = 19  # digits from which an integer may be beyond 64 bits: lark's path reports it
+_KEYWORDS = frozenset({"kernel", "spec", "move", "inf"})  # lark's own terminals: how it reads them as names is its own
 
 
 class _NotFast(Exception):
     """The line is not of the plain shape; lark reads it."""
 
 
-class _FastBody:
+class _FastLine:
     def __init__(self, code: str, line: int):
         self.line = line
         self.kinds: list[str] = []
@@ -277,6 +280,33 @@ class _FastBody:
         text, start = self.texts[self.at], self.starts[self.at]
         self.at += 1
         return text, Span(self.line, start + 1, self.line, start + len(text) + 1)
+
+    def decl(self) -> Buffer:
+        name, name_span = self._take("NAME")
+        dtype, dtype_span = self._take("NAME")
+        self._take("[")
+        dims = [self._dim()] if self.kinds[self.at] == "INT" else []
+        while dims and self.kinds[self.at] == ",":
+            self._take()
+            dims.append(self._dim())
+        self._take("]")
+        location, location_span = self._take("NAME")
+        self._take("$END")
+        if not _KEYWORDS.isdisjoint((name, dtype, location)):
+            raise _NotFast
+        return Buffer(name, dtype, tuple(dims), location, (), span=name_span.join(location_span),
+                      dtype_span=dtype_span, location_span=location_span)
+
+    def _dim(self) -> Dim:
+        size, span = self._take("INT")
+        stored = None
+        if self.kinds[self.at] == ":":
+            self._take()
+            stored, stored_span = self._take("INT")
+            span = span.join(stored_span)
+        if len(size) >= _LONG or stored is not None and len(stored) >= _LONG:
+            raise _NotFast
+        return Dim(int(size), None if stored is None else int(stored), span)
 
     def body(self) -> BodyLine:
         tokens = []
@@ -376,11 +406,12 @@ class _FastBody:
         return tuple(items), end
 
 
-def fast_body_line(code: str, line: int) -> BodyLine | None:
-    """The body line `code` read without lark, or None when it is not of the
-    plain shape (then lark reads it)."""
+def fast_line(code: str, line: int, kind: str) -> BodyLine | Buffer | None:
+    """The body line or declaration (`kind`) `code` read without lark, or None
+    when it is not of the plain shape (then lark reads it)."""
     try:
-        return _FastBody(code, line).body()
+        reader = _FastLine(code, line)
+        return reader.body() if kind == "body" else reader.decl() if kind == "decl" else None
     except (_NotFast, RecursionError):  # lark needs no stack for deep nesting
         return None
 
@@ -507,7 +538,7 @@ def parse_line(code: str, line: int):
     BodyLine, or raises DojoError. Cached: an editor re-parses a document
     whose lines are mostly unchanged."""
     kind = classify(code)
-    parsed = fast_body_line(code, line) if kind == "body" else None
+    parsed = fast_line(code, line, kind)
     if parsed is None:
         parsed = _lark_line(code, line, kind)
     if kind == "body":

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import pytest
 
@@ -279,9 +280,9 @@ def _with_spans(node: object) -> object:
     return node
 
 
-def _by_lark(code: str, line: int) -> object:
+def _by_lark(code: str, line: int, kind: str) -> object:
     try:
-        return parser._lark_line(code, line, "body")
+        return parser._lark_line(code, line, kind)
     except DojoError as error:
         return error.diagnostics
 
@@ -294,10 +295,13 @@ EDGES = [
     "y[{0}]", "y[{0}] =", "x[{0}] 4 y[{0}] = 1", "n 4 y[{0}] = 1", "\t4\fy[{0}]\v=\r1", "y[{01}] = {007}",
     "y[x[{0}]] = 1", "4:p:q y[] = 1", "4: y[] = 1", "y[{0}] = 1.5.3", "y[{0}] = é", "y[{0}] = exp (1)",
     "y [{0}] = x [{0}]", "y[{0}] = x[{0}] min= 1", "99999999999999999999 y[] = 1", "y[{99999999999999999999}] = 1",
+    "x f32 [4096, 512] heap", "x f32 [] heap", "x f32 [4,] heap", "x f32 [4:8, 2] stack", "x f32 [4 : 8] heap",
+    "x f32 [, 4] heap", "x f32 [4] heap extra", "x f32 [4] heap -> a, b", "x f32 [4]", "x f32 [4:] heap",
+    "inf f32 [4] heap", "x f32 [4] spec", "x f32 [99999999999999999999] heap", "x f32 [4:99999999999999999999] heap",
 ]
 
 
-def test_the_fast_path_reads_plain_body_lines_exactly_as_lark_does() -> None:
+def test_the_fast_path_reads_plain_lines_exactly_as_lark_does() -> None:
     # the fast path must accept only what the grammar accepts and build the same tree, spans
     # included; anything else it hands to lark (None)
     from bench.fuzz_input import mutants
@@ -305,12 +309,13 @@ def test_the_fast_path_reads_plain_body_lines_exactly_as_lark_does() -> None:
     texts = [KERNELS[name].small() for name in KERNELS] + [m.text for m in mutants(300, seed=7)]
     lines = [(code, 6) for code in EDGES]
     lines += [(parser._split_comment(raw)[0], n) for text in texts for n, raw in enumerate(source_lines(text), 1)]
-    fast = 0
+    fast: Counter[str] = Counter()
     for code, line in lines:
-        if parser.classify(code) != "body" or (found := parser.fast_body_line(code, line)) is None:
+        kind = parser.classify(code)
+        if (found := parser.fast_line(code, line, kind)) is None:
             continue
-        if parser._too_deep(found.op) is not None or len(found.tokens) > parser.MAX_SCOPE_DEPTH:
+        if kind == "body" and (parser._too_deep(found.op) is not None or len(found.tokens) > parser.MAX_SCOPE_DEPTH):
             continue  # lark's tree would be as deep: compared by the nesting tests instead
-        fast += 1
-        assert _with_spans(found) == _with_spans(_by_lark(code, line)), code
-    assert fast > 900  # plain lines of the library and of the mutants
+        fast[kind] += 1
+        assert _with_spans(found) == _with_spans(_by_lark(code, line, kind)), code
+    assert fast["body"] > 900 and fast["decl"] > 300  # plain lines of the library and of the mutants

@@ -10,22 +10,11 @@ from pathlib import Path
 from lsprotocol import types as lsp
 from pygls.workspace import Workspace
 
+from bench.lsp_speed import chain
 from bench.parse_speed import two_hundred_lines
 from dojo_ir.library import KERNELS
 from server.lsp.documents import MAX_CHARS, Snapshot
 from server.lsp.server import create_server
-
-
-def chain(operations: int) -> str:
-    """A valid kernel of `operations` operations, each on its own two scopes: 2 lines each."""
-    lines = [f"kernel chain(x) -> y{operations - 1}", "", "x f32 [64, 32] heap"]
-    lines += [f"y{i} f32 [64, 32] heap" for i in range(operations)]
-    lines.append("")
-    previous = "x"
-    for i in range(operations):
-        lines.append(f"64 32 y{i}[{{0}},{{1}}] = exp({previous}[{{0}},{{1}}])")
-        previous = f"y{i}"
-    return "\n".join(lines) + "\n"
 
 
 async def published(editor, uri: str, timeout_s: float = 120) -> lsp.PublishDiagnosticsParams:
