@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 
 from .affine import Affine, affine
 from .solve import Constraint, feasible
@@ -28,22 +28,23 @@ class Touch:
     access: Access
     chain: tuple[Scope, ...]
     write: bool
-    accumulator: bool = False
-
-    @cached_property
-    def forms(self) -> tuple[Affine, ...]:
-        return tuple(affine(i) for i in self.access.index)
-
-    @cached_property
-    def sizes(self) -> tuple[int, ...]:
-        return tuple(s.size for s in self.chain)
+    accumulator: bool
+    forms: tuple[Affine, ...]  # the access's index as affine forms
+    sizes: tuple[int, ...]  # the extents of the scopes of `chain`
 
 
 def touches(op: Op, chain: tuple[Scope, ...]) -> list[Touch]:
-    found = [Touch(op, op.target, chain, write=True)]
+    # Computed here rather than on demand: every dependence question asks for them, and a
+    # cached_property takes a lock shared by all instances on Python 3.11.
+    sizes = tuple(s.size for s in chain)
+
+    def touch(access: Access, write: bool, accumulator: bool = False) -> Touch:
+        return Touch(op, access, chain, write, accumulator, tuple(affine(i) for i in access.index), sizes)
+
+    found = [touch(op.target, write=True)]
     if op.reduction:
-        found.append(Touch(op, op.target, chain, write=False, accumulator=True))
-    found.extend(Touch(op, a, chain, write=False) for a in op.reads)
+        found.append(touch(op.target, write=False, accumulator=True))
+    found.extend(touch(a, write=False) for a in op.reads)
     return found
 
 
