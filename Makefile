@@ -66,6 +66,7 @@ bench: install $(BENCH_STAMP)
 	$(BIN)/python bench/interpreter_speed.py
 	$(BIN)/python bench/moves_speed.py
 	$(BIN)/python bench/fuzz_moves.py
+	$(BIN)/python bench/fuzz_input.py
 	$(BIN)/python bench/evaluations.py
 	$(BIN)/python bench/runner_noise.py
 	$(BIN)/python bench/quickfix_walk.py
