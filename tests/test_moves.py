@@ -97,6 +97,8 @@ INVERSES = {
     "pad_dim": ("unpad_dim",),
     "unpad_dim": ("pad_dim",),
     "set_location": ("set_location",),
+    "stage_reads": ("unstage_reads",),
+    "unstage_reads": ("stage_reads",),
     "accumulate": ("inline_accumulator",),
     "accumulate_partial": ("inline_accumulator",),
     "inline_accumulator": ("accumulate", "accumulate_partial"),

@@ -228,7 +228,8 @@ def move_lines(a: Analysis, move: Move) -> tuple[int, int] | None:
     its operations' lines, a buffer its declaration. None for a tree that
     was not parsed from text, or a location that is not there."""
     args = dict(move.args)
-    if "buffer" in args:
+    # a move on a scope may name a buffer too (stage_reads); it acts on the scope
+    if "buffer" in args and "op" not in args:
         buffer = next((b for b in a.program.buffers if b.name == args["buffer"]), None)
         return (buffer.span.line, buffer.span.line) if buffer is not None and buffer.span else None
     site = a.by_label.get(str(args.get("op")))

@@ -1,0 +1,270 @@
+"""unstage_reads: read the array directly again; the inverse of stage_reads.
+
+    N  K  J  b_s[{0},{1},{2}] = b[{0}*K+{1},{2}]          N  M  K  J  c[..] += a[..] * b[{0}*K+{2},{3}]
+    |  M  K  J  c[..] += a[..] * b_s[{0},{2},{3}]   ->
+
+`unstage_reads(op=T)` names a copy `T[..] = A[g]`: T a temporary alone in
+its buffer, A an array of another buffer, the copy alone in a nest of
+single-child scopes (none, for a scalar copy), its T index one scope
+variable per scope around it, each once, in any order (so a `swap_dims` of T
+is undone too), and the node after the nest is a scope S. Every read
+`T[h]` in S becomes `A[g]` with each variable of the nest replaced by the
+`h` of the dimension it indexes; the copy and T's declaration go.
+
+Legal when
+- T is written by the copy only and read inside S only;
+- the dimensions of T that the nest indexes are stored whole (a folded
+  `D:K` would hold the last of several copies, not the one S reads), and in
+  every read of T, those dimensions stay within the nest's extents, while
+  the others are indexed by the same variable as in the copy (so S reads what
+  the copy wrote in the same iteration of the scopes around it);
+- no operation inside S writes an array of A's buffer (S would then see the
+  new value where T kept the old one);
+- no write in an earlier iteration of a scope around S reaches an element
+  that the new reads of A read, as for stage_reads' copy: safe rather than
+  exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from ..affine import Affine, affine
+from ..analysis import Analysis, Site
+from ..dependence import touches
+from ..paths import TreePath, node_at, splice, with_body
+from ..tree import Access, Binary, Call, Expr, Op, Program, Ref, Scope, Unary
+from .base import OP, Move, site_of
+
+NAME = "unstage_reads"
+TITLE = "Read the array directly, without the copy"
+ARGS = (OP,)
+
+
+def _is_copy(a: Analysis, op: Op) -> bool:
+    target = a.program.buffer_of[op.target.array]
+    return (op.assign == "=" and isinstance(op.value, Access) and target.array_names == (op.target.array,)
+            and op.target.array in a.program.temporaries and a.program.buffer_of[op.value.array] is not target)
+
+
+def candidates(a: Analysis) -> Iterator[Move]:
+    for site in a.sites:
+        if _is_copy(a, site.op):
+            yield Move(NAME, (("op", site.label),), site.line)
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    copy: Site
+    outer: int  # scopes around the nest, and around S
+    nest_path: TreePath
+    scope_path: TreePath
+    dims: tuple[int, ...]  # the depth that indexes each dimension of T in the copy
+    reads: tuple[Site, ...]  # the operations in S that read T
+
+    def unstaged(self, access: Access) -> Access:
+        """A read of T in S as the read of A it stands for."""
+        by_depth = {d: affine(i) for d, i in zip(self.dims, access.index, strict=True)}
+        value = self.copy.op.value
+        assert isinstance(value, Access)
+        index = []
+        for i in value.index:
+            form = affine(i)
+            new = Affine(form.const)
+            for d, c in form.terms:
+                new = new + (Affine(0, ((d, 1),)) if d < self.outer else by_depth[d]).scale(c)
+            index.append(new.to_expr())
+        return Access(value.array, tuple(index))
+
+
+def _pattern(a: Analysis, move: Move) -> _Pattern | str:
+    copy = site_of(a, move)
+    if not _is_copy(a, copy.op):
+        return (f"`{copy.label}` is not a copy `T[...] = A[...]` into a temporary alone in its buffer from an "
+                "array of another buffer")
+    t = 0
+    while t < len(copy.chain) and len(copy.chain[-1 - t].body) == 1:
+        t += 1
+    outer = len(copy.chain) - t
+    nest_path = copy.path[: outer + 1]
+    target = copy.op.target
+    depths = [i.depth if isinstance(i, Ref) else None for i in target.index]
+    if sorted(d for d in depths if d is not None) != list(range(len(copy.chain))) or None in depths:
+        return (f"the copy's index of `{target.array}` is not one variable of each scope around it, each once, "
+                "so it may not fill every element")
+    siblings = a.program.body if outer == 0 else node_at(a.program.body, nest_path[:-1]).body
+    i = nest_path[-1]
+    if i + 1 >= len(siblings) or not isinstance(siblings[i + 1], Scope):
+        return "the copy is not followed by a scope"
+    scope_path = nest_path[:-1] + (i + 1,)
+    buffer = a.program.buffer_of[target.array]
+    folded = next((k for k, d in enumerate(depths) if d >= outer and buffer.dims[k].stored is not None), None)
+    if folded is not None:
+        return f"dimension {folded} of `{target.array}` is folded, so it holds the last of several copies"
+    reads = []
+    for site in a.sites:
+        if site is copy:
+            continue
+        found = [t for t in touches(site.op, site.chain) if t.access.array == target.array]
+        if not found:
+            continue
+        if site.path[: len(scope_path)] != scope_path or any(t.write for t in found):
+            return f"`{site.label}` accesses `{target.array}` other than by a read in the scope after the copy"
+        for t in found:
+            for k, (d, form) in enumerate(zip(depths, t.forms, strict=True)):
+                if d < outer and form != Affine(0, ((d, 1),)):
+                    return (f"`{site.label}` reads dimension {k} of `{target.array}` other than by `{{{d}}}`, so "
+                            "not what the copy wrote in the same iteration")
+                low, high = form.bounds(t.sizes)
+                if d >= outer and (low < 0 or high >= copy.chain[d].size):
+                    return f"`{site.label}` reads dimension {k} of `{target.array}` beyond what the copy wrote"
+        reads.append(site)
+    return _Pattern(copy, outer, nest_path, scope_path, tuple(depths), tuple(reads))
+
+
+def why_not(a: Analysis, move: Move) -> str | None:
+    pattern = _pattern(a, move)
+    if isinstance(pattern, str):
+        return pattern
+    value = pattern.copy.op.value
+    assert isinstance(value, Access)
+    source = a.program.buffer_of[value.array]
+    own = set(source.array_names)
+    if any(t.write and t.access.array in own for t in a.touches_in(pattern.scope_path)):
+        return f"the scope writes `{value.array}`'s buffer, and would see the new values where the copy kept the old"
+    reads = [t for site in pattern.reads for t in touches(_unstaged_op(site.op, pattern), site.chain)
+             if not t.write and t.access.array == value.array]
+    for k in range(pattern.outer):
+        writes = [t for t in a.touches_in(pattern.scope_path[: k + 1]) if t.write]
+        if a.depends(writes, reads, ("=",) * k + ("<",), reorderable_reductions=False,
+                     private=frozenset({source.name})):
+            return (f"an earlier iteration of a scope around it writes an element of `{value.array}` that the scope "
+                    "would read; read directly it would be a dependent iteration")
+    return None
+
+
+def _unstaged_op(op: Op, pattern: _Pattern) -> Op:
+    return replace(op, value=_unstaged(op.value, pattern))
+
+
+def _unstaged(expr: Expr, pattern: _Pattern) -> Expr:
+    """`expr` with every read of T read from A."""
+    if isinstance(expr, Access):
+        return pattern.unstaged(expr) if expr.array == pattern.copy.op.target.array else expr
+    if isinstance(expr, Unary):
+        return replace(expr, operand=_unstaged(expr.operand, pattern))
+    if isinstance(expr, Binary):
+        return replace(expr, left=_unstaged(expr.left, pattern), right=_unstaged(expr.right, pattern))
+    if isinstance(expr, Call):
+        return replace(expr, args=tuple(_unstaged(x, pattern) for x in expr.args))
+    return expr
+
+
+def rewrite(a: Analysis, move: Move) -> Program:
+    pattern = _pattern(a, move)
+    assert not isinstance(pattern, str)
+    body = a.program.body
+    for site in pattern.reads:
+        body = splice(body, site.path, (_unstaged_op(site.op, pattern),))
+    body = splice(body, pattern.nest_path, ())
+    copied = a.program.buffer_of[pattern.copy.op.target.array]
+    program = replace(a.program, buffers=tuple(b for b in a.program.buffers if b is not copied))
+    return with_body(program, body)
+
+
+EXAMPLES = [
+    (
+        # The packed tile of matmul's `b` read in place again.
+        """kernel mm(a, b) -> c
+
+a f32 [4, 8] heap
+b f32 [8, 16] heap
+c f32 [4, 16] heap
+b_s f32 [2:1, 4, 16] heap
+
+4 16 c[{0},{1}] = 0
+2 4 16 b_s[{0},{1},{2}] = b[{0}*4+{1},{2}]
+| 4 4 16 c[{1},{3}] += a[{1},{0}*4+{2}] * b_s[{0},{2},{3}]
+""",
+        "unstage_reads(op=b_s)",
+        """kernel mm(a, b) -> c
+
+a f32 [4, 8] heap
+b f32 [8, 16] heap
+c f32 [4, 16] heap
+
+4 16 c[{0},{1}] = 0
+2 4 4 16 c[{1},{3}] += a[{1},{0}*4+{2}] * b[{0}*4+{2},{3}]
+""",
+    ),
+    (
+        # A copy written by hand, transposed and into a scalar row index:
+        # any affine source and any order of the nest's variables.
+        """kernel k(x) -> y
+
+x f32 [4, 3] heap
+y f32 [3, 4] heap
+t f32 [3, 4] stack
+
+3 4 t[{0},{1}] = x[{1},{0}]
+3 4 y[{0},{1}] = t[{0},{1}] * 2
+""",
+        "unstage_reads(op=t)",
+        """kernel k(x) -> y
+
+x f32 [4, 3] heap
+y f32 [3, 4] heap
+
+3 4 y[{0},{1}] = x[{1},{0}] * 2
+""",
+    ),
+]
+
+NOT_APPLICABLE = [
+    (
+        # `t` is read after the scope too.
+        """kernel k(x) -> y, z
+
+x f32 [4] heap
+y f32 [4] heap
+z f32 [4] heap
+t f32 [4] heap
+
+4 t[{0}] = x[{0}]
+4 y[{0}] = t[{0}] + 1
+4 z[{0}] = t[{0}] * 2
+""",
+        "unstage_reads(op=t)",
+    ),
+    (
+        # `p` and `q` share a buffer, which the scope writes through `q`:
+        # read directly, `p` would already hold the new values.
+        """kernel k(x) -> y
+
+x f32 [8] heap
+y f32 [8] heap
+w f32 [8] heap -> p, q
+t f32 [8] heap
+
+8 p[{0}] = x[{0}]
+8 t[{0}] = p[{0}]
+8 q[{0}] = t[{0}] * 2
+| y[{0}] = t[{0}] + q[{0}]
+""",
+        "unstage_reads(op=t)",
+    ),
+    (
+        # The copy writes one element of `t`, four times over.
+        """kernel k(x) -> y
+
+x f32 [4] heap
+y f32 [4] heap
+t f32 [4] heap
+
+4 t[0] = x[{0}]
+4 y[{0}] = t[0]
+""",
+        "unstage_reads(op=t)",
+    ),
+]
