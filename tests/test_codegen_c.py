@@ -557,6 +557,35 @@ y f32 [4, 4] heap
     assert_matches(program, cache)
 
 
+def test_staged_tile_of_a_blocked_matmul_matches_the_spec(cache: Path) -> None:
+    spec = load("""kernel mm(a, b) -> c
+
+a f32 [6, 16] heap
+b f32 [16, 24] heap
+c f32 [6, 24] heap
+
+6 24 c[{0},{1}] = 0
+6 24 16 c[{0},{1}] += a[{0},{2}] * b[{2},{1}]
+""")
+    blocked = load("""kernel mm(a, b) -> c
+
+a f32 [6, 16] heap
+b f32 [16, 24] heap
+c f32 [6, 24] heap
+
+6 24 c[{0},{1}] = 0
+4 6 4 24 c[{1},{3}] += a[{1},{0}*4+{2}] * b[{0}*4+{2},{3}]
+""")
+    staged = apply(blocked, "stage_reads(op=c#2, depth=1, buffer=b)")
+    assert "b_s f32 [4:1, 4, 24] heap" in to_text(staged)
+    inputs = random_inputs(spec, 0)
+    expected = interpret(spec, inputs)["c"]
+    for program in (staged, apply(staged, "set_location(buffer=b_s, location=stack)")):
+        assert "b_s[" in generate(program, NATIVE)
+        actual = compiled_outputs(program, inputs, cache)["c"]
+        np.testing.assert_allclose(actual, expected, rtol=RTOL, atol=ATOL)
+
+
 # -- the harness protocol and the build ---------------------------------------------
 
 
