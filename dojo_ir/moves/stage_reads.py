@@ -109,8 +109,7 @@ class Plan:
 
     path: TreePath  # S's
     array: str  # A
-    offsets: tuple[Affine, ...]  # per dimension of A: outer part + lo
-    lows: tuple[int, ...]
+    lows: tuple[int, ...]  # per dimension of A: the least value of the inner part
     extents: tuple[int, ...]
     declaration: Buffer
     copy: Node
@@ -130,6 +129,7 @@ class Plan:
 
 
 def fresh_name(program: Program, array: str) -> str:
+    """`<array>_s`, or `_s2`, ... when the name is taken."""
     taken = set(program.buffer_of) | {b.name for b in program.buffers} | KEYWORDS
     name, n = f"{array}_s", 1
     while name in taken:
@@ -190,7 +190,7 @@ def _plan(a: Analysis, move: Move) -> Plan | str:
                    for k in range(len(extents)))
     target = Access(name, tuple(Ref(d) for d in range(depth + len(kept))))
     copy = copy_nest(tuple(Scope(extents[k], "", ()) for k in kept), Op(target, "=", Access(array, source)))
-    plan = Plan(path, array, tuple(offsets), tuple(lows), extents, declaration, copy)
+    plan = Plan(path, array, tuple(lows), extents, declaration, copy)
     if _carried_into_copy(a, plan, outer_scopes, buffer):
         return (f"an earlier iteration of a scope around it writes an element of `{array}` that the copy reads; "
                 "read by a plain copy it would be a dependent iteration")
