@@ -1,10 +1,10 @@
 """stage_reads: copy the part of an array that a scope reads into a temporary first.
 
-    N  K  J  c[..] += a[..] * b[{0}*K+{2},{3}]         N  K  J  b_s[{0},{1},{2}] = b[{0}*K+{1},{2}]
-                                               ->      |  M  K  J  c[..] += a[..] * b_s[{0},{2},{3}]
+    N  M  K  J  c[..] += a[..] * b[{0}*K+{2},{3}]         N  K  J  b_s[{0},{1},{2}] = b[{0}*K+{1},{2}]
+                                                  ->      |  M  K  J  c[..] += a[..] * b_s[{0},{2},{3}]
 
 `stage_reads(op=X, depth=d, buffer=A)` names the scope S at depth d around
-operation X and an array A that S reads (TVM's `cache_read`, Exo's
+operation X and an array A that S reads (by its array name) (TVM's `cache_read`, Exo's
 `stage_mem`). A new temporary `A_s` (`A_s2`, ... if taken) holds the box of
 A that one run of S reads; a copy nest placed just before S, in the same
 scopes, fills it, and every read of A inside S reads `A_s` instead.
@@ -16,7 +16,7 @@ greatest `hi` over every read of A in S, gives the box's extent in that
 dimension, `hi - lo + 1`. `A_s` has one logical dimension per scope around S
 (`N:1`, indexed `{k}`) and then one per dimension of A whose extent is above
 1, stored whole; dimensions of extent 1 are dropped. The `N:1` dimensions
-store nothing, but make each iteration of the scopes around S fill elements
+add no storage, but make each iteration of the scopes around S fill elements
 of its own: the dependent-iteration rule and the private-buffer rule of
 parallel scopes compare logical elements (as for `accumulate`'s tiles). `A_s`
 is on the `heap`, like the library's temporaries; set_location, swap_dims,
