@@ -9,11 +9,13 @@ operation X and an array A that S reads (by its array name) (TVM's `cache_read`,
 A that one run of S reads; a copy nest placed just before S, in the same
 scopes, fills it, and every read of A inside S reads `A_s` instead.
 
-Each index of A splits into an outer part, over the scopes around S, and an
-inner part, over S and the scopes inside it (with the constant). The outer
-part is the box's offset; the inner part, from its least value `lo` to its
-greatest `hi` over every read of A in S, gives the box's extent in that
-dimension, `hi - lo + 1`. `A_s` has one logical dimension per scope around S
+Every index of a checked program is affine (FORMAT.md), so its least and
+greatest values over a box of scopes always exist. Each index of A splits
+into an outer part, over the scopes around S, and an inner part, over S and
+the scopes inside it (with the constant). The outer part is the box's
+offset; the inner part, from its least value `lo` to its greatest `hi` over
+every read of A in S, gives the box's extent in that dimension,
+`hi - lo + 1`. `A_s` has one logical dimension per scope around S
 (`N:1`, indexed `{k}`) and then one per dimension of A whose extent is above
 1, stored whole; dimensions of extent 1 are dropped. The `N:1` dimensions
 add no storage, but make each iteration of the scopes around S fill elements
