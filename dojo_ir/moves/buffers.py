@@ -3,12 +3,12 @@ change layout, and rewriting a declaration."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from ..analysis import Analysis, Site
 from ..errors import NOWHERE
-from ..tree import Access, Buffer, Dim, Program
+from ..tree import Access, Binary, Buffer, Call, Dim, Expr, Program, Unary
 from .base import IllegalMove, Move
 
 
@@ -65,3 +65,16 @@ def with_dim(program: Program, buffer: Buffer, k: int, dim: Dim) -> Program:
 def with_buffer(program: Program, buffer: Buffer) -> Program:
     """`program` with the declaration of the buffer of that name replaced."""
     return replace(program, buffers=tuple(buffer if b.name == buffer.name else b for b in program.buffers))
+
+
+def with_reads(expr: Expr, array: str, change: Callable[[Access], Access]) -> Expr:
+    """`expr` with every access to `array` replaced by `change` of it."""
+    if isinstance(expr, Access):
+        return change(expr) if expr.array == array else expr
+    if isinstance(expr, Unary):
+        return replace(expr, operand=with_reads(expr.operand, array, change))
+    if isinstance(expr, Binary):
+        return replace(expr, left=with_reads(expr.left, array, change), right=with_reads(expr.right, array, change))
+    if isinstance(expr, Call):
+        return replace(expr, args=tuple(with_reads(x, array, change) for x in expr.args))
+    return expr

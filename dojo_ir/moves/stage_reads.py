@@ -59,15 +59,15 @@ from ..analysis import Analysis
 from ..dependence import touches
 from ..paths import TreePath, map_ops, node_at, splice, with_body
 from ..printer import expr_text
-from ..tree import KEYWORDS, Access, Binary, Buffer, Call, Dim, Expr, Node, Op, Program, Ref, Scope, Unary
+from ..tree import KEYWORDS, Access, Buffer, Dim, Expr, Node, Op, Program, Ref, Scope
 from .accumulate import copy_nest
 from .base import BUFFER, DEPTH, OP, Move, scope_of
+from .buffers import with_reads
+from .reuse_dims import SEQUENTIAL
 
 NAME = "stage_reads"
 TITLE = "Copy what the scope reads into a temporary"
 ARGS = (OP, DEPTH, BUFFER)
-
-SEQUENTIAL = ("", "u")  # scope kinds whose iterations run one after another
 
 
 def split(form: Affine, depth: int) -> tuple[Affine, Affine]:
@@ -142,7 +142,7 @@ def fresh_name(program: Program, array: str) -> str:
 
 def _plan(a: Analysis, move: Move) -> Plan | str:
     """The staging `move` asks for, or why it is not legal."""
-    site, path, scope = scope_of(a, move)
+    site, path, _ = scope_of(a, move)
     depth = len(path) - 1
     array = str(move.arg("buffer"))
     buffer = a.program.buffer_of.get(array)
@@ -220,14 +220,15 @@ def candidates(a: Analysis) -> Iterator[Move]:
     for site in a.sites:
         for depth in range(1, len(site.chain)):
             path = site.path[: depth + 1]
-            if a.first_site(path) is not site or any(s.kind not in SEQUENTIAL for s in site.chain[:depth]):
-                continue  # each scope once, from its first operation
+            # each scope once, from its first operation, and only where the scope around it moves the box
+            if (a.first_site(path) is not site or site.chain[depth - 1].size == 1
+                    or any(s.kind not in SEQUENTIAL for s in site.chain[:depth])):
+                continue
             inside = a.touches_in(path)
             written = {a.program.buffer_of[t.access.array].name for t in inside if t.write}
-            moving = site.chain[depth - 1].size > 1
             arrays = dict.fromkeys(
                 t.access.array for t in inside
-                if not t.write and moving and any(f.coef(depth - 1) for f in t.forms)
+                if not t.write and any(f.coef(depth - 1) for f in t.forms)
                 and a.program.buffer_of[t.access.array].name not in written)
             for array in arrays:
                 yield Move(NAME, (("op", site.label), ("depth", depth), ("buffer", array)), site.line)
@@ -243,22 +244,10 @@ def rewrite(a: Analysis, move: Move) -> Program:
     assert not isinstance(plan, str)
     scope = node_at(a.program.body, plan.path)
     assert isinstance(scope, Scope)
-    staged = replace(scope, body=map_ops(scope.body, lambda op: replace(op, value=_staged(op.value, plan))))
+    body = map_ops(scope.body, lambda op: replace(op, value=with_reads(op.value, plan.array, plan.staged)))
+    staged = replace(scope, body=body)
     program = replace(a.program, buffers=a.program.buffers + (plan.declaration,))
     return with_body(program, splice(a.program.body, plan.path, (plan.copy, staged)))
-
-
-def _staged(expr: Expr, plan: Plan) -> Expr:
-    """`expr` with every read of A read from the temporary."""
-    if isinstance(expr, Access):
-        return plan.staged(expr) if expr.array == plan.array else expr
-    if isinstance(expr, Unary):
-        return replace(expr, operand=_staged(expr.operand, plan))
-    if isinstance(expr, Binary):
-        return replace(expr, left=_staged(expr.left, plan), right=_staged(expr.right, plan))
-    if isinstance(expr, Call):
-        return replace(expr, args=tuple(_staged(x, plan) for x in expr.args))
-    return expr
 
 
 EXAMPLES = [

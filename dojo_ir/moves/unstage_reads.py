@@ -34,8 +34,9 @@ from ..affine import Affine, affine
 from ..analysis import Analysis, Site
 from ..dependence import touches
 from ..paths import TreePath, node_at, splice, with_body
-from ..tree import Access, Binary, Call, Expr, Op, Program, Ref, Scope, Unary
+from ..tree import Access, Op, Program, Ref, Scope
 from .base import OP, Move, site_of
+from .buffers import with_reads
 
 NAME = "unstage_reads"
 TITLE = "Read the array directly, without the copy"
@@ -145,20 +146,7 @@ def why_not(a: Analysis, move: Move) -> str | None:
 
 
 def _unstaged_op(op: Op, pattern: _Pattern) -> Op:
-    return replace(op, value=_unstaged(op.value, pattern))
-
-
-def _unstaged(expr: Expr, pattern: _Pattern) -> Expr:
-    """`expr` with every read of T read from A."""
-    if isinstance(expr, Access):
-        return pattern.unstaged(expr) if expr.array == pattern.copy.op.target.array else expr
-    if isinstance(expr, Unary):
-        return replace(expr, operand=_unstaged(expr.operand, pattern))
-    if isinstance(expr, Binary):
-        return replace(expr, left=_unstaged(expr.left, pattern), right=_unstaged(expr.right, pattern))
-    if isinstance(expr, Call):
-        return replace(expr, args=tuple(_unstaged(x, pattern) for x in expr.args))
-    return expr
+    return replace(op, value=with_reads(op.value, pattern.copy.op.target.array, pattern.unstaged))
 
 
 def rewrite(a: Analysis, move: Move) -> Program:
