@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from ..analysis import Analysis, Site
 from ..errors import NOWHERE
-from ..tree import Access, Binary, Buffer, Call, Dim, Expr, Program, Unary
+from ..tree import KEYWORDS, Access, Binary, Buffer, Call, Dim, Expr, Program, Unary
 from .base import IllegalMove, Move
 
 
@@ -60,6 +60,26 @@ def with_dim(program: Program, buffer: Buffer, k: int, dim: Dim) -> Program:
     """`program` with dimension k of `buffer` declared as `dim`."""
     dims = buffer.dims[:k] + (dim,) + buffer.dims[k + 1:]
     return with_buffer(program, replace(buffer, dims=dims))
+
+
+def fresh_name(program: Program, stem: str) -> str:
+    """`stem`, or `stem2`, `stem3`, ... when the name is taken by an array, a buffer or a keyword."""
+    taken = set(program.buffer_of) | {b.name for b in program.buffers} | KEYWORDS
+    name, n = stem, 1
+    while name in taken:
+        n += 1
+        name = f"{stem}{n}"
+    return name
+
+
+def declared(program: Program, buffer: Buffer) -> Program:
+    """`program` with `buffer` declared after the others."""
+    return replace(program, buffers=program.buffers + (buffer,))
+
+
+def undeclared(program: Program, buffer: Buffer) -> Program:
+    """`program` without the declaration of `buffer`."""
+    return replace(program, buffers=tuple(b for b in program.buffers if b is not buffer))
 
 
 def with_buffer(program: Program, buffer: Buffer) -> Program:

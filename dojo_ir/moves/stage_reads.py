@@ -59,10 +59,10 @@ from ..analysis import Analysis
 from ..dependence import touches
 from ..paths import TreePath, map_ops, node_at, splice, with_body
 from ..printer import expr_text
-from ..tree import KEYWORDS, Access, Buffer, Dim, Expr, Node, Op, Program, Ref, Scope
+from ..tree import Access, Buffer, Dim, Expr, Node, Op, Program, Ref, Scope
 from .accumulate import copy_nest
 from .base import BUFFER, DEPTH, OP, Move, scope_of
-from .buffers import with_reads
+from .buffers import declared, fresh_name, with_reads
 from .reuse_dims import SEQUENTIAL
 
 NAME = "stage_reads"
@@ -130,16 +130,6 @@ class Plan:
         return Access(self.declaration.name, tuple(index))
 
 
-def fresh_name(program: Program, array: str) -> str:
-    """`<array>_s`, or `_s2`, ... when the name is taken."""
-    taken = set(program.buffer_of) | {b.name for b in program.buffers} | KEYWORDS
-    name, n = f"{array}_s", 1
-    while name in taken:
-        n += 1
-        name = f"{array}_s{n}"
-    return name
-
-
 def _plan(a: Analysis, move: Move) -> Plan | str:
     """The staging `move` asks for, or why it is not legal."""
     site, path, _ = scope_of(a, move)
@@ -181,7 +171,7 @@ def _plan(a: Analysis, move: Move) -> Plan | str:
         if problem:
             return f"`{expr_text(t.access, True)}` does not read a box of `{array}`: {problem}"
     extents = tuple(hi - lo + 1 for lo, hi in zip(lows, highs, strict=True))
-    name = fresh_name(a.program, array)
+    name = fresh_name(a.program, f"{array}_s")
     kept = [k for k, e in enumerate(extents) if e > 1]
     outer_scopes = site.chain[:depth]
     dims = tuple(Dim(s.size, 1 if s.size > 1 else None) for s in outer_scopes) + tuple(Dim(extents[k]) for k in kept)
@@ -246,8 +236,7 @@ def rewrite(a: Analysis, move: Move) -> Program:
     assert isinstance(scope, Scope)
     body = map_ops(scope.body, lambda op: replace(op, value=with_reads(op.value, plan.array, plan.staged)))
     staged = replace(scope, body=body)
-    program = replace(a.program, buffers=a.program.buffers + (plan.declaration,))
-    return with_body(program, splice(a.program.body, plan.path, (plan.copy, staged)))
+    return with_body(declared(a.program, plan.declaration), splice(a.program.body, plan.path, (plan.copy, staged)))
 
 
 EXAMPLES = [

@@ -36,7 +36,8 @@ from ..dependence import touches
 from ..paths import TreePath, node_at, splice, with_body
 from ..tree import Access, Op, Program, Ref, Scope
 from .base import OP, Move, site_of
-from .buffers import with_reads
+from .buffers import undeclared, with_reads
+from .inline_accumulator import _nest_root
 
 NAME = "unstage_reads"
 TITLE = "Read the array directly, without the copy"
@@ -84,10 +85,7 @@ def _pattern(a: Analysis, move: Move) -> _Pattern | str:
     if not _is_copy(a, copy.op):
         return (f"`{copy.label}` is not a copy `T[...] = A[...]` into a temporary alone in its buffer from an "
                 "array of another buffer")
-    t = 0
-    while t < len(copy.chain) and len(copy.chain[-1 - t].body) == 1:
-        t += 1
-    outer = len(copy.chain) - t
+    outer = len(copy.chain) - _nest_root(copy)
     nest_path = copy.path[: outer + 1]
     target = copy.op.target
     depths = [i.depth if isinstance(i, Ref) else None for i in target.index]
@@ -156,9 +154,7 @@ def rewrite(a: Analysis, move: Move) -> Program:
     for site in pattern.reads:
         body = splice(body, site.path, (_unstaged_op(site.op, pattern),))
     body = splice(body, pattern.nest_path, ())
-    copied = a.program.buffer_of[pattern.copy.op.target.array]
-    program = replace(a.program, buffers=tuple(b for b in a.program.buffers if b is not copied))
-    return with_body(program, body)
+    return with_body(undeclared(a.program, a.program.buffer_of[pattern.copy.op.target.array]), body)
 
 
 EXAMPLES = [
