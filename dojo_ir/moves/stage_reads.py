@@ -155,14 +155,15 @@ def _plan(a: Analysis, move: Move) -> Plan | str:
                 "one heap temporary")
     offsets: list[Affine] = []
     lows, highs = [], []
+    parts = [[split(form, depth) for form in t.forms] for t in reads]  # per read, per dimension: (outer, inner)
     for k in range(len(buffer.dims)):
-        outers = {split(t.forms[k], depth)[0] for t in reads}
+        outers = {p[k][0] for p in parts}
         if len(outers) > 1:
             first, second = list(outers)[:2]
             return (f"the reads of `{array}` offset dimension {k} differently by the scopes around it (`"
                     f"{expr_text(first.to_expr(), True)}` and `{expr_text(second.to_expr(), True)}`), so no one box "
                     "moves with them")
-        bounds = [split(t.forms[k], depth)[1].bounds(t.sizes) for t in reads]
+        bounds = [p[k][1].bounds(t.sizes) for p, t in zip(parts, reads, strict=True)]
         lows.append(min(lo for lo, _ in bounds))
         highs.append(max(hi for _, hi in bounds))
         offsets.append(outers.pop() + Affine(lows[-1]))
