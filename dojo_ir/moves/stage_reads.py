@@ -59,6 +59,7 @@ from ..analysis import Analysis
 from ..dependence import touches
 from ..paths import TreePath, map_ops, node_at, splice, with_body
 from ..printer import expr_text
+from ..refs import ref
 from ..tree import Access, Buffer, Dim, Expr, Node, Op, Program, Ref, Scope
 from .accumulate import copy_nest
 from .base import BUFFER, DEPTH, OP, Move, scope_of
@@ -179,7 +180,7 @@ def _plan(a: Analysis, move: Move) -> Plan | str:
     declaration = Buffer(name, buffer.dtype, dims, "heap")
     # The copy nest sits where S does: its scopes are at depths depth, depth+1, ...
     where = {k: depth + j for j, k in enumerate(kept)}
-    source = tuple((offsets[k] + (Affine(0, ((where[k], 1),)) if k in where else Affine(0))).to_expr()
+    source = tuple((offsets[k] + (ref(where[k]) if k in where else Affine(0))).to_expr()
                    for k in range(len(extents)))
     target = Access(name, tuple(Ref(d) for d in range(depth + len(kept))))
     copy = copy_nest(tuple(Scope(extents[k], "", ()) for k in kept), Op(target, "=", Access(array, source)))

@@ -30,10 +30,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from ..affine import Affine, affine
+from ..affine import affine
 from ..analysis import Analysis, Site
 from ..dependence import touches
 from ..paths import TreePath, node_at, splice, with_body
+from ..refs import ref, substitute_expr
 from ..tree import Access, Op, Program, Ref, Scope
 from .base import OP, Move, site_of
 from .buffers import undeclared, with_reads
@@ -70,14 +71,7 @@ class _Pattern:
         by_depth = {d: affine(i) for d, i in zip(self.dims, access.index, strict=True)}
         value = self.copy.op.value
         assert isinstance(value, Access)
-        index = []
-        for i in value.index:
-            form = affine(i)
-            new = Affine(form.const)
-            for d, c in form.terms:
-                new = new + (Affine(0, ((d, 1),)) if d < self.outer else by_depth[d]).scale(c)
-            index.append(new.to_expr())
-        return Access(value.array, tuple(index))
+        return substitute_expr(value, lambda d: ref(d) if d < self.outer else by_depth[d])
 
 
 def _pattern(a: Analysis, move: Move) -> _Pattern | str:
@@ -112,7 +106,7 @@ def _pattern(a: Analysis, move: Move) -> _Pattern | str:
             return f"`{site.label}` accesses `{target.array}` other than by a read in the scope after the copy"
         for t in found:
             for k, (d, form) in enumerate(zip(depths, t.forms, strict=True)):
-                if d < outer and form != Affine(0, ((d, 1),)):
+                if d < outer and form != ref(d):
                     return (f"`{site.label}` reads dimension {k} of `{target.array}` other than by `{{{d}}}`, so "
                             "not what the copy wrote in the same iteration")
                 low, high = form.bounds(t.sizes)
