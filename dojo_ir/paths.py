@@ -32,6 +32,11 @@ def node_at(body: tuple[Node, ...], path: TreePath) -> Node:
     return node
 
 
+def siblings(body: tuple[Node, ...], path: TreePath) -> tuple[Node, ...]:
+    """The body that holds the node at `path`: its own and its siblings'."""
+    return body if len(path) == 1 else node_at(body, path[:-1]).body
+
+
 def splice(body: tuple[Node, ...], path: TreePath, nodes: tuple[Node, ...]) -> tuple[Node, ...]:
     """`body` with the node at `path` replaced by `nodes` (zero or more)."""
     i = path[0]

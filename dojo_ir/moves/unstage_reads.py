@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from ..affine import affine
 from ..analysis import Analysis, Site
 from ..dependence import touches
-from ..paths import TreePath, node_at, splice, with_body
+from ..paths import TreePath, siblings, splice, with_body
 from ..refs import ref, substitute_expr
 from ..tree import Access, Op, Program, Ref, Scope
 from .base import OP, Move, site_of
@@ -83,12 +83,12 @@ def _pattern(a: Analysis, move: Move) -> _Pattern | str:
     nest_path = copy.path[: outer + 1]
     target = copy.op.target
     depths = [i.depth if isinstance(i, Ref) else None for i in target.index]
-    if sorted(d for d in depths if d is not None) != list(range(len(copy.chain))) or None in depths:
+    if None in depths or sorted(depths) != list(range(len(copy.chain))):
         return (f"the copy's index of `{target.array}` is not one variable of each scope around it, each once, "
                 "so it may not fill every element")
-    siblings = a.program.body if outer == 0 else node_at(a.program.body, nest_path[:-1]).body
+    around = siblings(a.program.body, nest_path)
     i = nest_path[-1]
-    if i + 1 >= len(siblings) or not isinstance(siblings[i + 1], Scope):
+    if i + 1 >= len(around) or not isinstance(around[i + 1], Scope):
         return "the copy is not followed by a scope"
     scope_path = nest_path[:-1] + (i + 1,)
     buffer = a.program.buffer_of[target.array]
