@@ -95,25 +95,23 @@ def _pattern(a: Analysis, move: Move) -> _Pattern | str:
     folded = next((k for k, d in enumerate(depths) if d >= outer and buffer.dims[k].stored is not None), None)
     if folded is not None:
         return f"dimension {folded} of `{target.array}` is folded, so it holds the last of several copies"
-    reads = []
-    for site in a.sites:
-        if site is copy:
+    reads: dict[TreePath, Site] = {}
+    # an operation's write comes before its reads, so one that writes T is refused before its reads are looked at
+    for path, t in a.placed_touches_in(()):
+        if t.access.array != target.array or path == copy.path:
             continue
-        found = [t for t in touches(site.op, site.chain) if t.access.array == target.array]
-        if not found:
-            continue
-        if site.path[: len(scope_path)] != scope_path or any(t.write for t in found):
+        site = a.first_site(path)
+        if path[: len(scope_path)] != scope_path or t.write:
             return f"`{site.label}` accesses `{target.array}` other than by a read in the scope after the copy"
-        for t in found:
-            for k, (d, form) in enumerate(zip(depths, t.forms, strict=True)):
-                if d < outer and form != ref(d):
-                    return (f"`{site.label}` reads dimension {k} of `{target.array}` other than by `{{{d}}}`, so "
-                            "not what the copy wrote in the same iteration")
-                low, high = form.bounds(t.sizes)
-                if d >= outer and (low < 0 or high >= copy.chain[d].size):
-                    return f"`{site.label}` reads dimension {k} of `{target.array}` beyond what the copy wrote"
-        reads.append(site)
-    return _Pattern(copy, outer, nest_path, scope_path, tuple(depths), tuple(reads))
+        for k, (d, form) in enumerate(zip(depths, t.forms, strict=True)):
+            if d < outer and form != ref(d):
+                return (f"`{site.label}` reads dimension {k} of `{target.array}` other than by `{{{d}}}`, so "
+                        "not what the copy wrote in the same iteration")
+            low, high = form.bounds(t.sizes)
+            if d >= outer and (low < 0 or high >= copy.chain[d].size):
+                return f"`{site.label}` reads dimension {k} of `{target.array}` beyond what the copy wrote"
+        reads[path] = site
+    return _Pattern(copy, outer, nest_path, scope_path, tuple(depths), tuple(reads.values()))
 
 
 def why_not(a: Analysis, move: Move) -> str | None:
