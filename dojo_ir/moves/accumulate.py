@@ -62,8 +62,9 @@ from ..analysis import Analysis, Site
 from ..dependence import touches
 from ..paths import TreePath, node_at, splice, with_body
 from ..refs import ref, substitute_expr
-from ..tree import FLOAT_DTYPES, KEYWORDS, Access, Buffer, Dim, Node, Num, Op, Program, Ref, Scope, Unary, walk_expr
+from ..tree import FLOAT_DTYPES, Access, Buffer, Dim, Node, Num, Op, Program, Ref, Scope, Unary, walk_expr
 from .base import DEPTH, OP, Move, scope_of
+from .buffers import declared, fresh_name
 from .examples import FUSED_SOFTMAX
 
 NAME = "accumulate"
@@ -146,15 +147,6 @@ def _target_buffer(a: Analysis, site: Site) -> Buffer:
     return a.program.buffer_of[site.op.target.array]
 
 
-def _accumulator_name(a: Analysis, array: str) -> str:
-    taken = set(a.program.buffer_of) | {b.name for b in a.program.buffers} | KEYWORDS
-    name, n = f"{array}_acc", 1
-    while name in taken:
-        n += 1
-        name = f"{array}_acc{n}"
-    return name
-
-
 def copy_nest(scopes: tuple[Scope, ...], op: Op) -> Node:
     """`op` inside empty copies of `scopes`, outermost first."""
     node: Node = op
@@ -174,7 +166,7 @@ class Plan:
     def __init__(self, a: Analysis, site: Site, depth: int, partial: bool):
         self.tile = tile_depths(site.op, site.chain, depth)
         self.tile_scopes = tuple(site.chain[d] for d in self.tile)
-        name = _accumulator_name(a, site.op.target.array)
+        name = fresh_name(a.program, f"{site.op.target.array}_acc")
         outer = tuple(Ref(k) for k in range(depth))
         self.update_target = Access(name, outer + tuple(Ref(d) for d in self.tile))
         # In the nests, the tile scope at depth tile[j] is the copy at depth `depth + j`.
@@ -237,8 +229,7 @@ def transform(a: Analysis, move: Move, partial: bool) -> Program:
     plan = Plan(a, site, len(path) - 1, partial)
     body = splice(a.program.body, site.path, (replace(site.op, target=plan.update_target),))
     nodes = (copy_nest(plan.tile_scopes, plan.load), node_at(body, path), copy_nest(plan.tile_scopes, plan.store))
-    program = replace(a.program, buffers=a.program.buffers + (plan.declaration,))
-    return with_body(program, splice(body, path, nodes))
+    return with_body(declared(a.program, plan.declaration), splice(body, path, nodes))
 
 
 def why_not(a: Analysis, move: Move) -> str | None:
