@@ -83,7 +83,7 @@ def cmd_agent_train(args: argparse.Namespace) -> int:
               f"epsilon {row['epsilon']:.2f}, loss {loss}", file=sys.stderr, flush=True)
 
     try:
-        with runner_for(args, "agent train") as runner:
+        with runner_for(args) as runner:
             result = train(kernels, out, episodes=args.episodes, max_steps=args.max_steps, target=args.target,
                            seed=args.seed, resume=args.resume, on_progress=progress,
                            evaluate=measured(out, target=args.target, runner=runner),
@@ -129,7 +129,7 @@ def cmd_agent_continue(args: argparse.Namespace) -> int:
         print(f"{s.index}: {s.move or 'stop'} -> {time_s}", file=sys.stderr, flush=True)
 
     try:
-        with runner_for(args, "agent continue") as runner:
+        with runner_for(args) as runner:
             evaluator = Evaluator(spec, prefix=prefix, runner=runner, target=args.target)
             result = continue_(evaluator.start, Path(args.checkpoint) if args.checkpoint else SHIPPED, args.steps,
                                evaluator, target=args.target, on_step=step)

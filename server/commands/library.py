@@ -78,7 +78,7 @@ def cmd_library_build(args: argparse.Namespace) -> int:
             with Cluster(args.ray, cores=args.ray_cores) as cluster:
                 result = build_library(kernels, out, cluster=cluster, **options)
         else:
-            with runner_for(args, "library build") as runner:
+            with runner_for(args) as runner:
                 result = build_library(kernels, out, runner=runner, **options)
     except LibraryError as error:
         message = str(error)

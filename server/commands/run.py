@@ -75,7 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = {"target": args.target, "repeats": args.repeats, "warmup": args.warmup, "spec": spec,
                "min_time_s": args.min_time}
     try:
-        with runner_for(args, "run") as runner:
+        with runner_for(args) as runner:
             result = measure(runner, program, **options)
     except (RunnerError, ValueError) as error:
         raise CommandError(f"dojo run: error: {error}") from None

@@ -72,11 +72,9 @@ def add_runner_options(parser: argparse.ArgumentParser, target: str = "a target"
     parser.add_argument("--token-file", metavar="F", help="the service's token (default: $DOJO_RUNNER_TOKEN)")
 
 
-def runner_for(args: argparse.Namespace, command: str):
-    """The runner `--runner`/$DOJO_RUNNER_URL names, or this machine's; a context manager."""
-    from runner.client import RunnerError, connect  # imported here, as the build machinery is where it runs
+def runner_for(args: argparse.Namespace):
+    """The runner `--runner`/$DOJO_RUNNER_URL names, or this machine's; a context manager. RunnerError
+    if it cannot be used, which each command reports with the failures of its runs."""
+    from runner.client import connect  # imported here, as the build machinery is where it runs
 
-    try:
-        return connect(args.runner or os.environ.get("DOJO_RUNNER_URL"), args.token_file)
-    except RunnerError as error:
-        raise CommandError(f"dojo {command}: error: {error}") from None
+    return connect(args.runner or os.environ.get("DOJO_RUNNER_URL"), args.token_file)

@@ -79,7 +79,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                "resume": args.resume, "seed": args.seed, "on_progress": progress, "prefix": prefix,
                "final_min_time_s": args.min_time, "checkpoint": args.checkpoint and Path(args.checkpoint)}
     try:
-        with runner_for(args, "tune") as runner:
+        with runner_for(args) as runner:
             result = tune(spec, args.method, args.budget, spec_path=relative, runner=runner, **options)
     except (RunnerError, ValueError) as error:
         raise CommandError(f"dojo tune: error: {error}") from None

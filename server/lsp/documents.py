@@ -23,9 +23,9 @@ from urllib.parse import unquote, urlparse
 
 from lsprotocol import types as lsp
 
-from dojo_ir import DojoError, Program, diagnose, load
+from dojo_ir import Program, diagnose
 from dojo_ir.analysis import Analysis
-from dojo_ir.derivation import spec_path
+from dojo_ir.derivation import read_spec
 from dojo_ir.errors import NOWHERE, Diagnostic
 from dojo_ir.moves import Move, legal_moves, move_lines
 from dojo_ir.parser import classify
@@ -190,10 +190,7 @@ class Snapshot:
         program, path = self.program, file_path(self.uri)
         if program is None or program.derivation is None or path is None:
             return None
-        try:
-            return load(spec_path(program, path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, DojoError):
-            return None
+        return read_spec(program, path)
 
     @property
     def name(self) -> str:

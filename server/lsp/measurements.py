@@ -109,13 +109,14 @@ class Measurements:
         """What is known of `program`'s time; when nothing is, start measuring
         it in the background (instead of any earlier version of `document`
         still waiting its turn) and say so."""
-        known = self.get(program, settings)
+        slot = key(program, settings)  # prints the program: once per request
+        known = self._known.get(slot)
         if known is not None:
             return known
         waiting = self._background.pop(document, None)
         if waiting is not None:
             waiting.cancel()
-        self._known[key(program, settings)] = Measurement()
+        known = self._known[slot] = Measurement()
         task = self._spawn(self.measure(program, spec, settings, settings.repetitions), f"measuring {program.name}")
         self._background[document] = task
 
@@ -124,7 +125,7 @@ class Measurements:
                 del self._background[document]
 
         task.add_done_callback(finished)
-        return self._known[key(program, settings)]
+        return known
 
     async def measure(self, program: Program, spec: Program | None, settings: Settings, repeats: int) -> Measurement:
         """Measure now (after any measurement in progress) and remember it."""

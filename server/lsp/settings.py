@@ -71,12 +71,15 @@ USER_KEYS = frozenset({"runner.url", "runner.tokenFile", "agent.checkpoint"})
 _USER_FIELDS = tuple(_KEYS[key][0] for key in sorted(USER_KEYS))
 
 
-def read_settings(value: Any, base: Settings | None = None, *, from_user: bool) -> tuple[Settings, list[str]]:
+def read_settings(value: Any, current: Settings | None = None, *, from_user: bool) -> tuple[Settings, list[str]]:
     """Settings from the client's `dojo` section (nested or dotted keys; a
-    `dojo` wrapper is accepted too), and what was wrong with it. Unknown keys
-    are ignored: they may belong to the editor's side of the extension, and so
-    are `USER_KEYS` unless the section comes `from_user`."""
-    settings = base or Settings()
+    `dojo` wrapper is accepted too), and what was wrong with it. The user's
+    section (`from_user`) is read over the defaults; any other over the
+    defaults but for what the user chose of `USER_KEYS` in `current`. Unknown
+    keys are ignored: they may belong to the editor's side of the extension,
+    and so are `USER_KEYS` unless the section comes `from_user`."""
+    users = current or Settings()
+    settings = Settings() if from_user else Settings(**{name: getattr(users, name) for name in _USER_FIELDS})
     if isinstance(value, dict) and isinstance(value.get(SECTION), dict):
         value = value[SECTION]
     problems = []
@@ -89,12 +92,6 @@ def read_settings(value: Any, base: Settings | None = None, *, from_user: bool) 
         else:
             problems.append(f"setting `{SECTION}.{key}` is {given!r}; expected {expected}")
     return settings, problems
-
-
-def users_part(settings: Settings) -> Settings:
-    """The defaults, but for what the user chose of `USER_KEYS`: the base that a
-    workspace's configuration is read over."""
-    return Settings(**{name: getattr(settings, name) for name in _USER_FIELDS})
 
 
 assert {f.name for f in fields(Settings)} == {name for name, _, _ in _KEYS.values()}

@@ -114,4 +114,6 @@ def test_a_kernel_nested_deeper_than_the_library_handles_is_a_positioned_error(t
     deep.write_text(f"kernel k(x) -> y\n\nx f32 [4] heap\ny f32 [4] heap\n\n4 y[{{0}}] = {expression}\n")
     done = check(str(deep), "--verify")
     assert "Traceback" not in done.stderr, done.stderr[-400:]
-    assert all(line.startswith(f"{deep}:") and ": error: " in line for line in done.stdout.splitlines())
+    lines = done.stdout.splitlines()
+    assert done.returncode == 1 and lines  # not vacuous: the nesting limit is an error
+    assert all(line.startswith(f"{deep}:") and ": error: " in line for line in lines)

@@ -62,6 +62,7 @@ async def test_code_actions_after_an_edit_list_legal_moves_innermost_first_until
     lines[line] = lines[line].replace("0.5", "0.75", 1)
     editor.replace(uri, "\n".join(lines) + "\n")
     every = [str(m) for m in Snapshot(uri, 2, editor.texts[uri]).moves_at(line + 1, line + 1)]
+    assert every  # else an empty answer would pass
     async with asyncio.timeout(60):
         while True:
             listed = [a.data["move"] for a in await editor.actions(uri, line)]

@@ -1,4 +1,4 @@
-from server.lsp.settings import Settings, read_settings, users_part
+from server.lsp.settings import Settings, read_settings
 
 
 def test_nested_and_dotted_settings_read_the_same():
@@ -40,7 +40,7 @@ def test_only_the_user_chooses_the_runner_its_token_file_and_the_checkpoint():
                  "agent": {"checkpoint": "/tmp/pickle", "steps": 3}, "target": "cuda"}
     users = Settings(runner_url="https://gpu-box:8470", runner_token_file="~/.dojo/token",
                      agent_checkpoint="~/agent", repetitions=7)
-    settings, problems = read_settings(workspace, users_part(users), from_user=False)
+    settings, problems = read_settings(workspace, users, from_user=False)
     assert settings == Settings(target="cuda", runner_url="https://gpu-box:8470", runner_token_file="~/.dojo/token",
                                 agent_checkpoint="~/agent", agent_steps=3)
     assert problems == []

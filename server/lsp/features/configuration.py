@@ -10,7 +10,7 @@ import logging
 from lsprotocol import types as lsp
 
 from ..server import DojoServer
-from ..settings import SECTION, Settings, read_settings, users_part
+from ..settings import SECTION, read_settings
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,7 @@ async def _pull(ls: DojoServer) -> bool:
 
 
 def _use(ls: DojoServer, value: object, *, from_user: bool) -> None:
-    settings, problems = read_settings(value, Settings() if from_user else users_part(ls.settings),
-                                       from_user=from_user)
+    settings, problems = read_settings(value, ls.settings, from_user=from_user)
     for problem in problems:
         ls.window_show_message(lsp.ShowMessageParams(type=lsp.MessageType.Warning, message=f"PerfDojo: {problem}"))
     if settings != ls.settings:

@@ -22,10 +22,9 @@ def register(server: DojoServer) -> None:
         line = program.span.line - 1
         if not params.range.start.line <= line <= params.range.end.line:
             return []
-        if ls.settings.measure_automatically:
+        measured = ls.measurements.get(program, ls.settings)
+        if measured is None and ls.settings.measure_automatically:  # the spec is read from disk only then
             measured = ls.measurements.request(snapshot.uri, program, snapshot.spec, ls.settings)
-        else:
-            measured = ls.measurements.get(program, ls.settings)
         if measured is None:
             return []
         end = snapshot.position(line + 1, len(snapshot.lines[line]) + 1)
