@@ -151,6 +151,11 @@ class Snapshot:
             listing.complete = True
             return listing.moves
 
+    def moves_listed_at(self, first_line: int, last_line: int) -> list[Move] | None:
+        """The moves of that range if `moves_at` has listed them all, else None."""
+        listing = self._moves_at.get((first_line, last_line))
+        return listing.moves if listing is not None and listing.complete else None
+
     def moves_known_at(self, first_line: int, last_line: int) -> list[Move]:
         """The moves `moves_at` has found so far for that range: the first of its answer."""
         listing = self._moves_at.get((first_line, last_line))

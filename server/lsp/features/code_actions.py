@@ -50,9 +50,11 @@ def register(server: DojoServer) -> None:
         last = end.line if end.character > 0 or end.line == start.line else end.line - 1
         ratings = ls.ratings.request(snapshot, ls.settings)
         first, last = start.line + 1, last + 1
-        listing = ls.off_loop(snapshot.moves_at, f"moves of {snapshot.name}", first, last)
-        done, _ = await asyncio.wait([listing], timeout=FIRST_ANSWER_S)
-        moves = listing.result() if done else snapshot.moves_known_at(first, last)
+        moves = snapshot.moves_listed_at(first, last)  # a cursor that stays: no listing to wait for
+        if moves is None:
+            listing = ls.off_loop(snapshot.moves_at, f"moves of {snapshot.name}", first, last)
+            done, _ = await asyncio.wait([listing], timeout=FIRST_ANSWER_S)
+            moves = listing.result() if done else snapshot.moves_known_at(first, last)
         return await ls.off_loop(actions, f"code actions of {snapshot.name}", ls, snapshot, moves, ratings)
 
     @server.feature(lsp.CODE_ACTION_RESOLVE)
