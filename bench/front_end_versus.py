@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.check_speed import chain, scope_per_line  # noqa: E402
-from bench.parse_speed import machine  # noqa: E402
+from bench.sections import machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "front_end_versus.md"
