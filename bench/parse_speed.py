@@ -23,13 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.check_speed import clear_caches  # noqa: E402
 from bench.check_speed import measure as measure_long_files  # noqa: E402
 from bench.check_speed import table as long_files_table  # noqa: E402
 from bench.sections import machine  # noqa: E402
 from dojo_ir import diagnose, to_text  # noqa: E402
-from dojo_ir.affine import affine  # noqa: E402
-from dojo_ir.dependence import _conflict  # noqa: E402
-from dojo_ir.parser import parse_line  # noqa: E402
 
 ROWS, COLS = 4096, 512
 
@@ -79,8 +77,7 @@ def measure(runs: int = 60) -> dict[str, float]:
     front_end(text)  # import-time work and lark's tables are not what is measured
     cold, edit = [], []
     for _ in range(runs):
-        for cache in (parse_line, affine, _conflict):
-            cache.cache_clear()
+        clear_caches()
         started = time.perf_counter()
         front_end(text)
         cold.append(time.perf_counter() - started)
