@@ -24,12 +24,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 from bench.check_speed import SHAPES  # noqa: E402
 from bench.sections import machine  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "front_end_versus.md"
 ROUNDS = 5
 LINES = (2000, 4000, 8000)
