@@ -44,7 +44,6 @@ import math
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -56,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 from agent.evaluate import Evaluation, Evaluator, read_log, replay_moves, text_hash  # noqa: E402
 from agent.perfllm.checkpoint import POLICY, SHIPPED  # noqa: E402
 from agent.search import METHODS, make_graph  # noqa: E402
+from bench.sections import machine  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
 from dojo_ir import Program, load  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
@@ -142,18 +142,6 @@ def geomean(values: list[float]) -> float:
 
 def shown(path: Path) -> Path:
     return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-
-
-def machine() -> str:
-    """The CPU as lscpu names it, its core count and whether it lists AVX-512."""
-    try:
-        listed = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        listed = ""
-    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in listed.splitlines())}
-    avx512 = "avx512f" in fields.get("Flags", "").split()
-    return (f"{fields.get('Model name', 'an unknown CPU')}, {os.cpu_count()} cores, avx512f "
-            f"{'listed' if avx512 else 'not listed'} (lscpu)")
 
 
 def bars(time_of: Callable[[str, str, int], float], kernels: list[str], methods: list[str],

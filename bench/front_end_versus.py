@@ -24,16 +24,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.check_speed import chain, scope_per_line  # noqa: E402
-from bench.parse_speed import machine  # noqa: E402
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.check_speed import SHAPES  # noqa: E402
+from bench.sections import machine  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results" / "front_end_versus.md"
 ROUNDS = 5
 LINES = (2000, 4000, 8000)
-SHAPES = {"chain": chain, "scope per line": scope_per_line}
 
 _PARSE = ("import sys, json; sys.path.insert(0, 'bench'); from parse_speed import measure; "
           "print(json.dumps(measure(20)))")

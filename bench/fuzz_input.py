@@ -26,7 +26,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from math import prod
 from pathlib import Path
 from types import FrameType
 
@@ -35,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.sections import write_section  # noqa: E402
 from dojo_ir import DojoError, load  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
-from dojo_ir.tree import walk_ops  # noqa: E402
+from runner.local import iterations as runner_iterations  # noqa: E402
 from server.cli import main as dojo  # noqa: E402
 from server.lsp.documents import Snapshot  # noqa: E402
 from server.lsp.features.diagnostics import derivation_diagnostics, to_lsp  # noqa: E402
@@ -200,7 +199,7 @@ def _iterations(text: str) -> int | None:
         program = load(text)
     except DojoError:
         return None
-    return sum(prod(scope.size for scope in chain) for _, chain in walk_ops(program.body))
+    return runner_iterations(program)
 
 
 def _language_server(text: str, previous: str) -> list[str]:

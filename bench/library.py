@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from dojo_ir import DojoError, load, random_inputs  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
-from libgen.peers import PEERS, Outcome, evaluate, reference, spec_of  # noqa: E402
+from libgen.peers import PEERS, Outcome, evaluate, machine_lock, reference, spec_of  # noqa: E402
 from runner.result import format_time  # noqa: E402
 from runner.roofline import bound_s, last_level_cache_bytes, machine_limits, work  # noqa: E402
 
@@ -111,11 +111,8 @@ def _child(connection: Any, peer: str, kernel: str, shape: dict[str, int], input
     try:
         if not system_malloc:
             reuse_heap()
-        from codegen.build import default_cache_dir
-        from runner.files import exclusive
-
-        lock = default_cache_dir() / "bench.lock"  # the runner's: no other benchmark times while a peer does
-        outcome = evaluate(peer, kernel, shape, inputs, expected, lock=lambda: exclusive(lock), **options)
+        # the runner's lock: no other benchmark times while a peer does
+        outcome = evaluate(peer, kernel, shape, inputs, expected, lock=machine_lock, **options)
         outcome.notes = {k: v for k, v in outcome.notes.items() if k in ("trials", "traceback")}
     except BaseException as error:  # noqa: BLE001
         outcome = Outcome(peer, kernel, failure=f"exception: {type(error).__name__}: {str(error)[:160]}")

@@ -53,7 +53,6 @@ import asyncio
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -64,10 +63,9 @@ from pytest_lsp import LanguageClient, client_capabilities, make_test_lsp_client
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from parse_speed import two_hundred_lines  # noqa: E402
-
+from bench.parse_speed import two_hundred_lines  # noqa: E402
+from bench.sections import machine  # noqa: E402
 from dojo_ir import load  # noqa: E402
 from dojo_ir.analysis import Analysis  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
@@ -407,19 +405,6 @@ def report(figures: dict) -> str:
     for name, median, count in figures["resolves"]:
         out.append(f"| {name} | {count} | {median * 1000:.1f} ms |")
     return "\n".join(out + ranked_report(figures)) + "\n"
-
-
-def machine() -> str:
-    """The CPU's model as lscpu names it (a virtual machine may name only the brand), and whether it lists avx512f."""
-    try:
-        described = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (no lscpu)"
-    fields = dict(line.split(":", 1) for line in described.splitlines() if ":" in line)
-    flags = fields.get("Flags", "").split()
-    return (f"{fields.get('Model name', '?').strip()} (family {fields.get('CPU family', '?').strip()}, model "
-            f"{fields.get('Model', '?').strip()}), {os.cpu_count()} CPUs; avx512f "
-            f"{'listed' if 'avx512f' in flags else 'not listed'}")
 
 
 def ranked_report(figures: dict) -> list[str]:

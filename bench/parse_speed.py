@@ -16,22 +16,18 @@ bench/results/parse_speed.md.
 
 from __future__ import annotations
 
-import os
-import re
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.check_speed import clear_caches  # noqa: E402
 from bench.check_speed import measure as measure_long_files  # noqa: E402
 from bench.check_speed import table as long_files_table  # noqa: E402
+from bench.sections import machine  # noqa: E402
 from dojo_ir import diagnose, to_text  # noqa: E402
-from dojo_ir.affine import affine  # noqa: E402
-from dojo_ir.dependence import _conflict  # noqa: E402
-from dojo_ir.parser import parse_line  # noqa: E402
 
 ROWS, COLS = 4096, 512
 
@@ -81,8 +77,7 @@ def measure(runs: int = 60) -> dict[str, float]:
     front_end(text)  # import-time work and lark's tables are not what is measured
     cold, edit = [], []
     for _ in range(runs):
-        for cache in (parse_line, affine, _conflict):
-            cache.cache_clear()
+        clear_caches()
         started = time.perf_counter()
         front_end(text)
         cold.append(time.perf_counter() - started)
@@ -95,16 +90,6 @@ def measure(runs: int = 60) -> dict[str, float]:
         front_end("\n".join(edited) + "\n")
         edit.append(time.perf_counter() - started)
     return {"cold_ms": median_ms(cold), "edit_ms": median_ms(edit)}
-
-
-def machine() -> str:
-    """The CPU as lscpu names it (family, model, AVX-512), the cores, and the load when measured."""
-    info = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    field = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in info.splitlines())}
-    avx512 = "with" if re.search(r"\bavx512f\b", field.get("Flags", "")) else "without"
-    return (f"{field.get('Model name', '?')}, CPU family {field.get('CPU family', '?')} model "
-            f"{field.get('Model', '?')}, {avx512} avx512f, {os.cpu_count()} cores, load average "
-            f"{os.getloadavg()[0]:.1f} when measured")
 
 
 def main() -> None:

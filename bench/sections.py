@@ -1,9 +1,26 @@
-"""Results files that several bench scripts share, one `# ` section each."""
+"""What several bench scripts share: the machine they ran on, and results files with one `# ` section
+per script."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
+
+
+def machine() -> str:
+    """The CPU as lscpu names it (family, model, AVX-512; a virtual machine may name only the brand),
+    the cores, and the load when measured."""
+    try:
+        info = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        info = ""
+    field = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in info.splitlines())}
+    avx512 = "with" if re.search(r"\bavx512f\b", field.get("Flags", "")) else "without"
+    return (f"{field.get('Model name', '?')}, CPU family {field.get('CPU family', '?')} model "
+            f"{field.get('Model', '?')}, {avx512} avx512f, {os.cpu_count()} cores, load average "
+            f"{os.getloadavg()[0]:.1f} when measured")
 
 
 def write_section(path: Path, text: str) -> None:

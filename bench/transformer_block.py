@@ -38,8 +38,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import transformer_block as example  # noqa: E402
 
-from codegen.build import default_cache_dir  # noqa: E402
-from runner.files import exclusive  # noqa: E402
+from libgen.peers import machine_lock  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -103,7 +102,7 @@ def main() -> int:
     difference = float((got - expected).abs().max())
     load = os.getloadavg()[0]
     pairs = kernel_pairs(reference, getattr(torch.ops, example.NAME))
-    with exclusive(default_cache_dir() / "bench.lock"):
+    with machine_lock():
         times = rounds({"eager": reference, "dojo": ours}, x, args.rounds, args.repeats)
         kernel_times = {name: rounds({"torch": lambda _, f=pair[0]: f(), "dojo": lambda _, f=pair[1]: f()}, x,
                                      args.rounds, args.repeats) for name, pair in pairs.items()}

@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.evaluate import read_log, replay_moves, text_hash
-from agent.passes import PASSES
-from agent.search import METHODS
-from agent.tune import AGENT, GRAPH, TuneProgress, tune
+from agent.methods import GRAPH, METHODS, SEARCHES
+from agent.tune import TuneProgress, tune
 from codegen.targets import Target, get_target
 from dojo_ir import Program, to_text
 from runner.files import write_atomically
@@ -162,8 +161,8 @@ def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budg
     if not IDENTIFIER.fullmatch(name) or keyword.iskeyword(name):
         raise LibraryError(f"the library's name `{name}` must be an identifier (letters, digits, `_`) that is "
                            "not a Python keyword")
-    if method not in (*PASSES, *METHODS, AGENT):
-        raise LibraryError(f"unknown method `{method}`; expected one of {', '.join([*PASSES, *METHODS, AGENT])}")
+    if method not in METHODS:
+        raise LibraryError(f"unknown method `{method}`; expected one of {', '.join(METHODS)}")
     if budget < 0:
         raise LibraryError(f"the budget must be at least 0, not {budget}")
     check_names(kernels)
@@ -174,7 +173,7 @@ def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budg
         raise LibraryError(f"{out}: error: not a directory")
     for directory in (out, out / "kernels", out / "logs", out / "src"):
         directory.mkdir(parents=True, exist_ok=True)
-    plan = _Plan(out, method, budget, target, graph if method in METHODS else "", seed, min_time_s, time_limit_s,
+    plan = _Plan(out, method, budget, target, graph if method in SEARCHES else "", seed, min_time_s, time_limit_s,
                  checkpoint)
     emit = on_event or (lambda _: None)
 

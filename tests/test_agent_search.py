@@ -191,5 +191,13 @@ def test_a_search_walks_the_heuristic_graph_unless_told(tmp_path: Path) -> None:
     spec, log = _spec(m=4, n=16), tmp_path / "log.jsonl"
     untold = tune(spec, "sa", 3, spec_path="s.dojo", runner=FakeRunner(), log=log, final_min_time_s=0.0)
     assert untold.graph == "heuristic" and read_log(log)[0]["graph"] == "heuristic"
-    told = tune(spec, "sa", 3, spec_path="s.dojo", runner=FakeRunner(), graph="edges", final_min_time_s=0.0)
+    told_log = tmp_path / "told.jsonl"
+    told = tune(spec, "sa", 3, spec_path="s.dojo", runner=FakeRunner(), graph="edges", log=told_log,
+                final_min_time_s=0.0)
     assert told.graph == "edges"
+    # and each walked its graph: the heuristic one starts from the heuristic pass's whole sequence,
+    # the edges one goes a move at a time
+    from agent.passes import heuristic
+    assert tuple(heuristic(spec)) in [e.moves for e in read_log(log)[1]]
+    walked = [e.moves for e in read_log(told_log)[1]]
+    assert walked[0] == () and all(moves[:-1] in walked[:i + 1] for i, moves in enumerate(walked[1:]))

@@ -49,3 +49,7 @@ def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from bench import peers\n    import tests.x\n", encoding="utf-8")
     assert imported(module) == {"bench", "tests"}
+    # under `if TYPE_CHECKING:` too; a relative import stays inside its own package
+    module.write_text("from typing import TYPE_CHECKING\nfrom .bench import local\nif TYPE_CHECKING:\n"
+                      "    from server.lsp import x\n", encoding="utf-8")
+    assert imported(module) == {"typing", "server"}

@@ -32,9 +32,13 @@ def test_a_program_has_one_hash_of_its_text() -> None:
     from server.lsp.measurements import key
     from server.lsp.settings import Settings
 
-    program = load(KERNELS["softmax"].small())
+    text = KERNELS["softmax"].small()
+    program = load(text)
     canonical = to_text(without_comments(program))
     assert text_hash(program) == text_key(canonical) == hashlib.sha256(canonical.encode()).hexdigest()[:32]
+    # what the program computes, not how it is written: comments do not count, the shape does
+    assert text_hash(load("# another note\n" + text.replace("# Row-wise", "# Still row-wise"))) == text_hash(program)
+    assert text_hash(load(KERNELS["softmax"].generate(m=4, n=5))) != text_hash(program)
     assert key(program, Settings()).endswith(text_hash(program))
 
 
@@ -44,3 +48,7 @@ def test_the_methods_and_graphs_have_one_source() -> None:
     choices = {a.dest: a.choices for a in tune._actions if a.choices}
     assert tuple(choices["method"]) == methods.METHODS and tuple(choices["graph"]) == methods.GRAPHS
     assert set(methods.METHODS) == {*methods.PASSES, *methods.SEARCHES, methods.AGENT}
+    # and each name but the agent's has its implementation, which `tune` runs
+    from agent.passes import PASSES
+    from agent.search import METHODS
+    assert set(methods.METHODS) == {*PASSES, *METHODS, methods.AGENT}

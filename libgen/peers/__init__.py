@@ -172,6 +172,11 @@ def _reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {first[:160]}"
 
 
+def machine_lock() -> AbstractContextManager[Any]:
+    """The runner's `bench.lock` (runner/local.py), held alone: no other timing on this machine meanwhile."""
+    return exclusive(default_cache_dir() / "bench.lock")
+
+
 def evaluate(peer: str, kernel: str, shape: dict[str, int], inputs: dict[str, np.ndarray],
              expected: np.ndarray | None, min_time_s: float = 0.5,
              lock: Callable[[], AbstractContextManager[Any]] | None = None, **options: Any) -> Outcome:
@@ -229,10 +234,8 @@ def peer_times(spec: KernelSpec, peers: Sequence[str], min_time_s: float = 0.5) 
     shape = dict(spec.shape)
     inputs = random_inputs(spec.program, 0)
     expected = reference(spec.library, inputs)
-    lock = default_cache_dir() / "bench.lock"
     times = []
     for peer in peers:
-        outcome = evaluate(peer, spec.library, shape, inputs, expected, min_time_s=min_time_s,
-                           lock=lambda: exclusive(lock))
+        outcome = evaluate(peer, spec.library, shape, inputs, expected, min_time_s=min_time_s, lock=machine_lock)
         times.append((peer, outcome.median_s if outcome.ok else None))
     return tuple(times)
