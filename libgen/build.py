@@ -130,7 +130,7 @@ class _Plan:
                             f"best {format_time(p.best_s)}{speedup}"))
 
         result = tune(spec.program, self.method, self.budget, spec_path=f"{spec.name}.spec.dojo",
-                      graph=self.graph or "edges", target=self.target, runner=runner, time_limit_s=self.time_limit_s,
+                      graph=self.graph or GRAPH, target=self.target, runner=runner, time_limit_s=self.time_limit_s,
                       log=log, resume=resume, seed=self.seed, on_progress=progress, should_stop=stop,
                       prefix=spec.prefix, final_min_time_s=self.min_time_s, checkpoint=self.checkpoint)
         if result.stopped_early:
