@@ -282,11 +282,13 @@ def _divisors(n: int, most: int) -> list[int]:
 
 def tile_shape(rows: int, vectors: int, registers: int) -> tuple[int, int]:
     """The register tile of a blocked reduction: R rows by W vectors of accumulators, R dividing
-    `rows`, W dividing `vectors`, R * W at most `registers`, with the fewest loads per
-    multiply-add ((R + W) / (R * W): each step loads W vectors and R broadcasts for R * W
+    `rows`, W dividing `vectors`, whose live values fit in `registers` (the R * W accumulators,
+    the W vectors of the streamed operand each step loads and the one broadcast they multiply:
+    one more and the compiler spills an accumulator in the inner loop), with the fewest loads
+    per multiply-add ((R + W) / (R * W): each step loads W vectors and R broadcasts for R * W
     updates); more accumulators first, then more vectors, on a tie."""
     shapes = [(r, w) for r in _divisors(rows, registers) for w in _divisors(vectors, registers)
-              if r * w <= registers]
+              if r * w + w + 1 <= registers]
     return min(shapes, key=lambda rw: ((rw[0] + rw[1]) / (rw[0] * rw[1]), -rw[0] * rw[1], -rw[1]))
 
 
@@ -337,7 +339,7 @@ def _block(state: _State, label: str, target: Target) -> bool:
     rows = [d for d in range(n - 1) if roles[d] != "J" and not chain[d].kind and _uses(op.target, d)
             and not any(_uses(r, d) for r in lanes_read) and any(_uses(r, d) for r in broadcast)]
     reductions = [d for d in range(n) if not _uses(op.target, d)]
-    budget = (target.vector_registers - SPARE_REGISTERS) // _registers(chain[-1].size, _op_bytes(state.program, op),
+    budget = target.vector_registers // _registers(chain[-1].size, _op_bytes(state.program, op),
                                                                        target)
     if not rows or not reductions or any(chain[d].kind for d in reductions) or budget < 1:
         return True  # vectorised, and no tile of accumulators to keep in registers
