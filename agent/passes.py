@@ -41,9 +41,7 @@ from dojo_ir.tree import DTYPE_BYTES, Access, Op, Scope
 
 from . import methods
 
-SPARE_REGISTERS = 4  # vector registers left to the loaded vectors and broadcasts of a register tile
 BALANCED_ITERATIONS = 4  # iterations per core from which an uneven last share costs little
-REDUCTION_BLOCK = 256  # reduction steps per block: 256 x a tile's vectors of the streamed operand stay in cache
 _MAX_STEPS = 500  # a bound on any loop of moves; no library kernel comes near it
 
 
@@ -280,15 +278,14 @@ def _divisors(n: int, most: int) -> list[int]:
     return [d for d in range(1, min(n, most) + 1) if n % d == 0]
 
 
-def tile_shape(rows: int, vectors: int, registers: int) -> tuple[int, int]:
+def tile_shape(rows: int, vectors: int, registers: int, per_vector: int = 1) -> tuple[int, int]:
     """The register tile of a blocked reduction: R rows by W vectors of accumulators, R dividing
-    `rows`, W dividing `vectors`, whose live values fit in `registers` (the R * W accumulators,
-    the W vectors of the streamed operand each step loads and the one broadcast they multiply:
-    one more and the compiler spills an accumulator in the inner loop), with the fewest loads
-    per multiply-add ((R + W) / (R * W): each step loads W vectors and R broadcasts for R * W
+    `rows`, W dividing `vectors`, whose live values fit in `registers` (`_live_registers`: one
+    more and the compiler spills an accumulator in the inner loop), with the fewest loads per
+    multiply-add ((R + W) / (R * W): each step loads W vectors and R broadcasts for R * W
     updates); more accumulators first, then more vectors, on a tie."""
     shapes = [(r, w) for r in _divisors(rows, registers) for w in _divisors(vectors, registers)
-              if r * w + w + 1 <= registers]
+              if _live_registers(r, w, per_vector) <= registers]
     return min(shapes, key=lambda rw: ((rw[0] + rw[1]) / (rw[0] * rw[1]), -rw[0] * rw[1], -rw[1]))
 
 
@@ -339,13 +336,14 @@ def _block(state: _State, label: str, target: Target) -> bool:
     rows = [d for d in range(n - 1) if roles[d] != "J" and not chain[d].kind and _uses(op.target, d)
             and not any(_uses(r, d) for r in lanes_read) and any(_uses(r, d) for r in broadcast)]
     reductions = [d for d in range(n) if not _uses(op.target, d)]
-    budget = target.vector_registers // _registers(chain[-1].size, _op_bytes(state.program, op),
-                                                                       target)
-    if not rows or not reductions or any(chain[d].kind for d in reductions) or budget < 1:
+    per_vector = _registers(chain[-1].size, _op_bytes(state.program, op), target)
+    if not rows or not reductions or any(chain[d].kind for d in reductions) \
+            or _live_registers(1, 1, per_vector) > target.vector_registers:  # not even one vector fits
         return True  # vectorised, and no tile of accumulators to keep in registers
     row, longest = rows[-1], max(reductions, key=lambda d: chain[d].size)
-    r, w = tile_shape(chain[row].size, chain[n - 2].size if split else 1, budget)
-    block = max(_divisors(chain[longest].size, REDUCTION_BLOCK))
+    r, w = tile_shape(chain[row].size, chain[n - 2].size if split else 1, target.vector_registers, per_vector)
+    panel_row = w * chain[-1].size * _op_bytes(state.program, op)  # one step's vectors of the streamed operand
+    block = reduction_block(chain[longest].size, panel_row, target)
     roles[row], roles[longest] = "I", "K"
     for d in reductions:
         if d != longest:
@@ -388,7 +386,52 @@ def _block(state: _State, label: str, target: Target) -> bool:
         before = (state.program, list(state.moves))
         if not _fuse_init(state, root, target_before, roles, chain, target):
             state.program, state.moves, state._analysis = before[0], before[1], None
+    rows_at = roles.index("Io") if "Io" in roles else 0
+    if rows_at > 0 and chain[rows_at].size > 1:  # a panel reused by row blocks, and only part of the operand
+        for array in dict.fromkeys(r.array for r in lanes_read):
+            _pack(state, array, rows_at, chain[rows_at].size, target)
     return True
+
+
+def _live_registers(rows: int, vectors: int, per_vector: int) -> int:
+    """The registers an R x W tile's step keeps live, each vector taking `per_vector`: the R * W
+    accumulators, the broadcast, and the W vectors of the streamed operand, which every row
+    reuses (with one row, each is used once, so only the piece being multiplied is live)."""
+    streamed = vectors * per_vector if rows > 1 else 1
+    return rows * vectors * per_vector + streamed + 1
+
+
+def reduction_block(steps: int, panel_row_bytes: int, target: Target) -> int:
+    """Reduction steps per block of a register-blocked reduction: the most that divide `steps` and
+    keep the block's panel of the streamed operand (`panel_row_bytes` per step) within half of a
+    core's private cache, so that every row of the tile reads it from there; the other half is
+    for the rows' operand and the output. As few blocks as that allows: each block adds one pass
+    over the output tile."""
+    fits = max(1, target.caches.private // 2 // max(1, panel_row_bytes))
+    return max(_divisors(steps, fits))
+
+
+def _pack(state: _State, array: str, depth: int, rows: int, target: Target) -> None:
+    """Pack the panel of `array` that a blocked reduction's scope of `rows` row blocks, at `depth`,
+    reads (`stage_reads`) into a contiguous temporary on each thread's stack, copied with
+    vectors: the rows of a matrix's panel lie a whole matrix row apart, a power of two for the
+    library's shapes, so they fall into the same few cache sets and evict each other; packed,
+    they are one stream. Left as it was when the panel is whole rows of the operand (nothing to
+    gain) or does not fit the stack (then it stays in the private cache unpacked)."""
+    site = next((s for s in _sites(state) if s.op.reduction is not None and len(s.chain) > depth
+                 and s.chain[depth].size == rows and any(r.array == array for r in s.op.reads)), None)
+    if site is None:
+        return
+    before = (state.program, list(state.moves))
+    names = {b.name for b in state.program.buffers}
+    if state.play(f"stage_reads(op={site.label}, depth={depth}, buffer={array})"):
+        packed = next(b for b in state.program.buffers if b.name not in names)
+        copy = next(s.label for s in _sites(state) if s.op.target.array == packed.name)
+        narrower = packed.dims[-1].size < state.program.buffer_of[array].dims[-1].size  # else the same rows
+        if narrower and state.play(f"set_location(buffer={packed.name}, location=stack)") \
+                and _vectorize_innermost(state, copy, target) is not None:
+            return
+    state.program, state.moves, state._analysis = before[0], before[1], None
 
 
 def _fuse_init(state: _State, root: int, target: Access, roles: list[str], chain: tuple[Scope, ...],

@@ -65,12 +65,24 @@ def native_vector_registers() -> int:
 
 
 @dataclass(frozen=True)
+class Caches:
+    """The data caches one core of a target sees, in bytes: its level 1 data cache, level 2, the last
+    level (shared by the cores), and the largest that is its own. The defaults are a typical x86 core's
+    of recent years, for a machine that is not this one."""
+
+    l1d: int = 32 << 10
+    l2: int = 1 << 20
+    l3: int = 32 << 20
+    private: int = 1 << 20
+
+
+@dataclass(frozen=True)
 class Target:
     """`compiler + flags` builds a binary (flags come after the source file, so
     libraries link in order); `launcher + [binary, ...]` runs it.
     `vector_bytes` is the width of one vector register, `vector_registers`
-    how many there are, and `cores` the threads the search may use. `cpu_flags` are host CPU features without
-    which the binaries cannot run here."""
+    how many there are, `caches` the data caches of one core, and `cores` the threads the search may use.
+    `cpu_flags` are host CPU features without which the binaries cannot run here."""
 
     name: str
     language: str  # "c" | "cuda" | "hip"
@@ -82,6 +94,7 @@ class Target:
     cpu_flags: tuple[str, ...] = ()
     x86: bool = False  # the C backend may use x86 streaming stores
     vector_registers: int = 16
+    caches: Caches = Caches()
 
     def buildable(self) -> bool:
         """Whether the compiler (the command's last word: `env VAR=... cc`) is on PATH."""
@@ -101,13 +114,14 @@ def _c_target(name: str, compiler: str, march: tuple[str, ...], vector_bytes: in
               launcher: tuple[str, ...] = (), requires: tuple[str, ...] = (), x86: bool = False) -> Target:
     # qemu-user runs a static binary without the target's shared libraries
     static = ("-static",) if launcher else ()
+    # a binary that runs on this machine (not under an emulator) meets this machine's caches
+    caches = Caches() if launcher else host_caches()
     return Target(name, "c", (compiler,), _C_FLAGS + march + static + _LIBS, vector_bytes, launcher,
-                  os.cpu_count() or 1, requires, x86, vector_registers)
+                  os.cpu_count() or 1, requires, x86, vector_registers, caches)
 
 
 _HOST_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 _CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
-_DEFAULT_PRIVATE_CACHE = 1 << 20
 
 
 def _size(text: str) -> int:
@@ -117,27 +131,37 @@ def _size(text: str) -> int:
 
 
 @cache
-def streaming_threshold_bytes() -> int:
-    """The output size from which the C backend stores with streaming stores:
-    what the cores' private caches (the largest cache level that sysfs shows
-    serving one CPU, times the cores) hold, capped by the last-level cache.
-    Not the last-level cache itself: on a virtual machine sysfs reports the
-    host's whole L3 (260 MiB here, shared with other tenants), yet
-    write-allocate already costs a kernel writing 4 MiB (bench/results/codegen_speed.md)."""
-    private, last = 0, 0
+def host_caches() -> Caches:
+    """This machine's data caches as sysfs shows them for CPU 0: each level's size, and the largest
+    level that serves that CPU alone (its private cache). A level sysfs does not show keeps
+    `Caches()`'s typical size, and the private cache then counts as the second level."""
+    sizes: dict[int, int] = {}
+    private = 0
     try:
         for index in _CACHE.glob("index*"):
             if (index / "type").read_text().strip() == "Instruction":
                 continue
-            size = _size((index / "size").read_text())
-            last = max(last, size)
+            level, size = int((index / "level").read_text()), _size((index / "size").read_text())
+            sizes[level] = max(size, sizes.get(level, 0))
             shared = (index / "shared_cpu_list").read_text().strip()
             if "," not in shared and "-" not in shared:
                 private = max(private, size)
     except (OSError, ValueError):
         pass
-    total = (private or _DEFAULT_PRIVATE_CACHE) * (os.cpu_count() or 1)
-    return min(total, last) if last else total
+    typical = Caches()
+    return Caches(sizes.get(1, typical.l1d), sizes.get(2, typical.l2), sizes.get(3, sizes.get(2, typical.l3)),
+                  private or sizes.get(2, typical.private))
+
+
+@cache
+def streaming_threshold_bytes() -> int:
+    """The output size from which the C backend stores with streaming stores:
+    what the cores' private caches hold, capped by the last-level cache.
+    Not the last-level cache itself: on a virtual machine sysfs reports the
+    host's whole L3 (260 MiB here, shared with other tenants), yet
+    write-allocate already costs a kernel writing 4 MiB (bench/results/codegen_speed.md)."""
+    caches = host_caches()
+    return min(caches.private * (os.cpu_count() or 1), caches.l3)
 
 
 TARGETS: dict[str, Target] = {

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from codegen.build import BuildError, build, default_cache_dir
-from codegen.targets import Target, native_vector_bytes
+from codegen.targets import Target, host_caches, native_vector_bytes
 from dojo_ir import Program
 from dojo_ir.tree import DTYPE_BYTES, Access, Binary, Call, Expr, Name, Num, Ref, Unary, walk_ops
 
@@ -324,18 +324,8 @@ def _cores() -> int:
 
 
 def last_level_cache_bytes() -> int:
-    """The largest cache of CPU 0 as sysfs reports it (0 when it does not)."""
-    largest = 0
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            size = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
-        digits = size.rstrip("KMG")
-        if digits.isdigit():
-            largest = max(largest, int(digits) * scale)
-    return largest
+    """The last-level cache of this machine (`codegen.targets.host_caches`)."""
+    return host_caches().l3
 
 
 def _array_floats() -> int:

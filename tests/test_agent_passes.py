@@ -9,15 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.passes import PASSES, heuristic, lanes, tile_shape
-from codegen.targets import get_target
+from agent.passes import PASSES, heuristic, lanes, reduction_block, tile_shape
+from codegen.targets import Caches, get_target
 from dojo_ir import DojoError, interpret, load, random_inputs, to_text
 from dojo_ir.derivation import advance, record, verify
 from dojo_ir.library import KERNELS
 
 ROOT = Path(__file__).resolve().parent.parent
 FOREIGN = sorted((ROOT / "tests" / "foreign" / "valid").glob("*.dojo"))
-CPU = replace(get_target("native"), vector_bytes=32, cores=4)
+CPU = replace(get_target("native"), vector_bytes=32, cores=4, caches=Caches())  # not this machine's
 
 
 def _same_meaning(spec, program) -> None:
@@ -92,28 +92,68 @@ def test_heuristic_makes_matmul_contiguous_and_one_core_runs_no_threads() -> Non
 
 
 @pytest.mark.parametrize(("rows", "vectors", "registers", "shape"), [
-    (768, 64, 28, (6, 4)),  # matmul on AVX-512: 24 accumulators, 10 loads per 24 multiply-adds
-    (256, 16, 28, (4, 4)),  # 6 does not divide 256
-    (64, 7, 28, (4, 7)),
-    (768, 64, 12, (3, 4)),  # AVX2's 16 registers
-    (1, 1, 28, (1, 1)),
+    (768, 64, 32, (6, 4)),  # matmul on AVX-512: 24 accumulators, 10 loads per 24 multiply-adds
+    (256, 16, 32, (4, 4)),  # 6 does not divide 256
+    (64, 7, 32, (2, 7)),  # 4 x 7 accumulators leave no register for the 7 vectors they multiply
+    (768, 128, 16, (6, 2)),  # AVX2's 16 registers: 12 accumulators, 2 vectors and a broadcast
+    (1, 1, 32, (1, 1)),
 ])
 def test_register_tile_shape_loads_least_per_multiply_add(rows, vectors, registers, shape) -> None:
     assert tile_shape(rows, vectors, registers) == shape
 
 
 def test_heuristic_blocks_matmul_for_registers_and_cache() -> None:
-    """matmul: a 6 x 4-vector tile of accumulators inside blocks of k, each block of b reused
-    by every row block; the blocks of k write c first, so the accumulator adds to it."""
+    """matmul: a 6 x 4-vector tile of accumulators inside blocks of k, each block of b packed
+    and reused by every row block; the blocks of k write c first, so the accumulator adds to
+    it. Blocks of 256 steps of 4 vectors (64 KiB) fill half of a 128 KiB private cache."""
     spec = load(KERNELS["matmul"].text(m=24, k=512, n=128))
-    target = replace(CPU, vector_bytes=64, vector_registers=32)
+    target = replace(CPU, vector_bytes=64, vector_registers=32, caches=Caches(private=128 << 10))
     moves = heuristic(spec, target)
     program = advance(spec, moves)
     text = to_text(program)
     assert "accumulate_partial(op=c#2, depth=3)" in moves
     assert "256 6:u 4:u 16:v c_acc[" in text  # the reduction block around the register tile
-    assert "2:p 2 4 6:u 4:u 16:v c_acc[" in text  # column blocks on the cores, k blocks, row blocks
+    assert "2:p 2 256 4 16:v b_s[" in text  # column blocks on the cores, k blocks: b's panel packed
+    assert "|   | 4 6:u 4:u 16:v c_acc[" in text  # then the row blocks
     _check(spec, moves)
+
+
+def test_heuristic_reduces_whole_when_the_panel_fits_the_private_cache() -> None:
+    """With a 1 MiB private cache the 512 steps' panel (128 KiB) fits: one block, so c is read
+    and written once, its tile loaded into the accumulators before the reduction."""
+    spec = load(KERNELS["matmul"].text(m=24, k=512, n=128))
+    moves = heuristic(spec, replace(CPU, vector_bytes=64, vector_registers=32))
+    assert "512 6:u 4:u 16:v c_acc[" in to_text(advance(spec, moves))
+    assert not any(m.startswith("accumulate_partial") for m in moves)
+    _check(spec, moves)
+
+
+@pytest.mark.parametrize(("steps", "panel_row", "private", "block"), [
+    (1024, 64, 1 << 20, 1024),  # AVX2's 2-vector panel: 64 KiB, all of k
+    (1024, 256, 1 << 20, 1024),  # AVX-512's 4-vector panel: 256 KiB
+    (4096, 256, 1 << 20, 2048),
+    (1000, 256, 1 << 18, 500),  # the largest divisor that fits
+    (7, 1 << 20, 1 << 18, 1),  # a panel row larger than the cache: one step per block
+])
+def test_reduction_block_keeps_the_panel_in_half_the_private_cache(steps, panel_row, private, block) -> None:
+    assert reduction_block(steps, panel_row, replace(CPU, caches=Caches(private=private))) == block
+
+
+def test_heuristic_packs_a_strided_panel_that_fits_the_stack() -> None:
+    """AVX2's panel of b, 2 vectors by all 256 steps (32 KiB), is copied into a contiguous
+    temporary on each thread's stack, with vectors, before the row blocks that read it; AVX-512's
+    4-vector panel of 1024 steps (256 KiB) is more than the stack holds and stays in place."""
+    spec = load(KERNELS["matmul"].text(m=24, k=256, n=64))
+    avx2 = replace(CPU, vector_bytes=32, vector_registers=16)
+    moves = heuristic(spec, avx2)
+    text = to_text(advance(spec, moves))
+    assert "stage_reads(op=c_acc#2, depth=1, buffer=b)" in moves
+    assert "b_s f32 [4:1, 256, 16] stack" in text
+    assert "* b_s[{0},{2},{4}*8+{5}]" in text and " 8:v b_s[" in text
+    _check(spec, moves)
+    wide = load(KERNELS["matmul"].text(m=24, k=1024, n=64))
+    assert not any(m.startswith("stage_reads") for m in heuristic(wide, replace(CPU, vector_bytes=64,
+                                                                                   vector_registers=32)))
 
 
 def test_heuristic_blocks_each_reduction_of_swiglu_on_its_own() -> None:
