@@ -35,12 +35,14 @@ from dojo_ir import Program
 from dojo_ir.affine import NotAffine, affine
 from dojo_ir.analysis import Analysis, Site
 from dojo_ir.moves import Move, apply, find, why_not
+from dojo_ir.moves.set_location import CAPACITY
 from dojo_ir.moves.vectorize_scope import VECTOR_BYTES
 from dojo_ir.paths import without_comments
 from dojo_ir.tree import DTYPE_BYTES, Access, Op, Scope
 
 from . import methods
 
+STACK_BYTES = CAPACITY["stack"]
 BALANCED_ITERATIONS = 4  # iterations per core from which an uneven last share costs little
 _MAX_STEPS = 500  # a bound on any loop of moves; no library kernel comes near it
 
@@ -403,12 +405,12 @@ def _live_registers(rows: int, vectors: int, per_vector: int) -> int:
 
 def reduction_block(steps: int, panel_row_bytes: int, target: Target) -> int:
     """Reduction steps per block of a register-blocked reduction: the most that divide `steps` and
-    keep the block's panel of the streamed operand (`panel_row_bytes` per step) within half of a
-    core's private cache, so that every row of the tile reads it from there; the other half is
-    for the rows' operand and the output. As few blocks as that allows: each block adds one pass
-    over the output tile."""
-    fits = max(1, target.caches.private // 2 // max(1, panel_row_bytes))
-    return max(_divisors(steps, fits))
+    keep the block's panel of the streamed operand (`panel_row_bytes` per step) small enough to
+    pack onto a thread's stack (`_pack`) and within half of a core's private cache, so that every
+    row block reads it from there (the other half is for the rows' operand and the output). As
+    few blocks as that allows: each block adds a pass over the output's tile."""
+    fits = min(STACK_BYTES, target.caches.private // 2) // max(1, panel_row_bytes)
+    return max(_divisors(steps, max(1, fits)))
 
 
 def _pack(state: _State, array: str, depth: int, rows: int, target: Target) -> None:

@@ -118,31 +118,31 @@ def test_heuristic_blocks_matmul_for_registers_and_cache() -> None:
     _check(spec, moves)
 
 
-def test_heuristic_reduces_whole_when_the_panel_fits_the_private_cache() -> None:
-    """With a 1 MiB private cache the 512 steps' panel (128 KiB) fits: one block, so c is read
-    and written once, its tile loaded into the accumulators before the reduction."""
+def test_heuristic_reduces_whole_when_the_panel_fits() -> None:
+    """AVX2's 2-vector panel of all 512 steps (32 KiB) fits: one block, so c is read and written
+    once, its tile loaded into the accumulators before the reduction."""
     spec = load(KERNELS["matmul"].text(m=24, k=512, n=128))
-    moves = heuristic(spec, replace(CPU, vector_bytes=64, vector_registers=32))
-    assert "512 6:u 4:u 16:v c_acc[" in to_text(advance(spec, moves))
+    moves = heuristic(spec, replace(CPU, vector_bytes=32, vector_registers=16))
+    assert "512 6:u 2:u 8:v c_acc[" in to_text(advance(spec, moves))
     assert not any(m.startswith("accumulate_partial") for m in moves)
     _check(spec, moves)
 
 
 @pytest.mark.parametrize(("steps", "panel_row", "private", "block"), [
     (1024, 64, 1 << 20, 1024),  # AVX2's 2-vector panel: 64 KiB, all of k
-    (1024, 256, 1 << 20, 1024),  # AVX-512's 4-vector panel: 256 KiB
-    (4096, 256, 1 << 20, 2048),
-    (1000, 256, 1 << 18, 500),  # the largest divisor that fits
+    (1024, 256, 1 << 20, 256),  # AVX-512's 4-vector panel: 64 KiB, what a thread's stack holds
+    (1024, 64, 1 << 16, 512),  # half of a 64 KiB private cache
+    (1000, 256, 1 << 20, 250),  # the largest divisor that fits
     (7, 1 << 20, 1 << 18, 1),  # a panel row larger than the cache: one step per block
 ])
-def test_reduction_block_keeps_the_panel_in_half_the_private_cache(steps, panel_row, private, block) -> None:
+def test_reduction_block_keeps_the_panel_packable_and_in_cache(steps, panel_row, private, block) -> None:
     assert reduction_block(steps, panel_row, replace(CPU, caches=Caches(private=private))) == block
 
 
 def test_heuristic_packs_a_strided_panel_that_fits_the_stack() -> None:
     """AVX2's panel of b, 2 vectors by all 256 steps (32 KiB), is copied into a contiguous
-    temporary on each thread's stack, with vectors, before the row blocks that read it; AVX-512's
-    4-vector panel of 1024 steps (256 KiB) is more than the stack holds and stays in place."""
+    temporary on each thread's stack, with vectors, before the row blocks that read it; a panel
+    that is whole rows of b (a 1-vector-wide b) gains nothing from a copy and stays in place."""
     spec = load(KERNELS["matmul"].text(m=24, k=256, n=64))
     avx2 = replace(CPU, vector_bytes=32, vector_registers=16)
     moves = heuristic(spec, avx2)
@@ -151,9 +151,8 @@ def test_heuristic_packs_a_strided_panel_that_fits_the_stack() -> None:
     assert "b_s f32 [4:1, 256, 16] stack" in text
     assert "* b_s[{0},{2},{4}*8+{5}]" in text and " 8:v b_s[" in text
     _check(spec, moves)
-    wide = load(KERNELS["matmul"].text(m=24, k=1024, n=64))
-    assert not any(m.startswith("stage_reads") for m in heuristic(wide, replace(CPU, vector_bytes=64,
-                                                                                   vector_registers=32)))
+    narrow = load(KERNELS["matmul"].text(m=24, k=256, n=16))
+    assert not any(m.startswith("stage_reads") for m in heuristic(narrow, avx2))
 
 
 def test_heuristic_blocks_each_reduction_of_swiglu_on_its_own() -> None:

@@ -1,0 +1,50 @@
+"""The heuristic pass's matmul keeps its register tile in registers: the compiler's assembly for
+the inner loop of the tuned library matmul is R broadcasts of a and R x W fused multiply-adds
+into accumulators that never touch the stack (a spilled accumulator would be a load and a store
+of the stack per multiply-add). Read for AVX2's 16 registers and AVX-512's 32; only compiled,
+so it runs on any x86 host with gcc."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from agent.passes import heuristic
+from codegen import generate, get_target
+from dojo_ir import load
+from dojo_ir.derivation import advance
+from dojo_ir.library import KERNELS
+
+LABEL = re.compile(r"^(\.L\w+):")
+JUMP = re.compile(r"^\s+j\w+\s+(\.L\w+)")
+STACK = re.compile(r"\(%[re]?(sp|bp)\)|%[re]?(sp|bp)\b")
+
+
+def innermost_loop(assembly: str, mnemonic: str) -> list[str]:
+    """The instructions of the smallest loop (a label and a later jump back to it) among those
+    with the most `mnemonic` (the harness's random inputs have a few multiply-adds too)."""
+    lines = assembly.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := LABEL.match(line))}
+    loops = [lines[labels[m.group(1)] + 1:j] for j, line in enumerate(lines)
+             if (m := JUMP.match(line)) and labels.get(m.group(1), j) < j]
+    return min(loops, key=lambda body: (-sum(mnemonic in line for line in body), len(body)))
+
+
+@pytest.mark.parametrize(("target", "fmas", "broadcasts"), [
+    ("x86-avx2", 12, 6),  # 6 rows x 2 vectors of 8 floats in 12 of 16 ymm registers
+    ("x86-avx512", 24, 6),  # 6 rows x 4 vectors of 16 floats in 24 of 32 zmm registers
+])
+def test_the_tuned_matmuls_inner_loop_keeps_its_accumulators_in_registers(target, fmas, broadcasts) -> None:
+    facts = get_target(target)
+    if not facts.buildable():
+        pytest.skip(f"{facts.compiler[-1]} is not installed")
+    spec = load(KERNELS["matmul"].text())
+    source = generate(advance(spec, heuristic(spec, facts)), facts)
+    assembly = subprocess.run([*facts.compiler, "-x", "c", "-", *facts.flags, "-S", "-o", "-"], input=source,
+                              capture_output=True, text=True, check=True).stdout
+    loop = [line.strip() for line in innermost_loop(assembly, "vfmadd")]
+    assert sum(line.startswith("vfmadd") for line in loop) == fmas
+    assert sum(line.startswith("vbroadcastss") for line in loop) == broadcasts
+    assert [line for line in loop if STACK.search(line)] == []  # nothing spilled to, or reloaded from, the stack
