@@ -280,15 +280,18 @@ def _divisors(n: int, most: int) -> list[int]:
     return [d for d in range(1, min(n, most) + 1) if n % d == 0]
 
 
-def tile_shape(rows: int, vectors: int, registers: int, per_vector: int = 1) -> tuple[int, int]:
+def tile_shape(rows: int, vectors: int, registers: int, per_vector: int = 1, cores: int = 1) -> tuple[int, int]:
     """The register tile of a blocked reduction: R rows by W vectors of accumulators, R dividing
     `rows`, W dividing `vectors`, whose live values fit in `registers` (`_live_registers`: one
     more and the compiler spills an accumulator in the inner loop), with the fewest loads per
     multiply-add ((R + W) / (R * W): each step loads W vectors and R broadcasts for R * W
-    updates); more accumulators first, then more vectors, on a tie."""
+    updates); more accumulators first, then more vectors, on a tie. With `cores` above 1 the
+    column blocks (`vectors / W`) are what the cores share, so a tile that shares them out
+    evenly comes first."""
     shapes = [(r, w) for r in _divisors(rows, registers) for w in _divisors(vectors, registers)
               if _live_registers(r, w, per_vector) <= registers]
-    return min(shapes, key=lambda rw: ((rw[0] + rw[1]) / (rw[0] * rw[1]), -rw[0] * rw[1], -rw[1]))
+    return min(shapes, key=lambda rw: (cores > 1 and not _balanced(vectors // rw[1], cores),
+                                       (rw[0] + rw[1]) / (rw[0] * rw[1]), -rw[0] * rw[1], -rw[1]))
 
 
 def _register_block(state: _State, target: Target) -> None:
@@ -343,7 +346,10 @@ def _block(state: _State, label: str, target: Target) -> bool:
             or _live_registers(1, 1, per_vector) > target.vector_registers:  # not even one vector fits
         return True  # vectorised, and no tile of accumulators to keep in registers
     row, longest = rows[-1], max(reductions, key=lambda d: chain[d].size)
-    r, w = tile_shape(chain[row].size, chain[n - 2].size if split else 1, target.vector_registers, per_vector)
+    outer = [chain[d].size for d in range(n - 1) if roles[d].startswith("s") and d != row and d not in reductions]
+    sharing = 1 if any(_balanced(size, target.cores) for size in outer if size > 1) else target.cores
+    r, w = tile_shape(chain[row].size, chain[n - 2].size if split else 1, target.vector_registers, per_vector,
+                      sharing)
     panel_row = w * chain[-1].size * _op_bytes(state.program, op)  # one step's vectors of the streamed operand
     block = reduction_block(chain[longest].size, panel_row, target)
     roles[row], roles[longest] = "I", "K"
@@ -574,3 +580,9 @@ def _parallelize(state: _State, target: Target) -> None:
                 break
             if scope.size >= 2 and state.play(f"parallelize_scope(op={label}, depth={depth})"):
                 break
+
+
+def _balanced(iterations: int, cores: int) -> bool:
+    """Whether `iterations` share out evenly over `cores`: a multiple of them, or enough that the
+    last uneven share costs little."""
+    return iterations % cores == 0 or iterations >= BALANCED_ITERATIONS * cores

@@ -102,12 +102,20 @@ def test_register_tile_shape_loads_least_per_multiply_add(rows, vectors, registe
     assert tile_shape(rows, vectors, registers) == shape
 
 
+def test_a_register_tile_shares_its_column_blocks_evenly_over_the_cores() -> None:
+    """swiglu's 448 columns are 28 vectors: 4-vector tiles leave 7 column blocks, one core idle
+    for a seventh of the work on 2 cores; 2-vector tiles (8 rows deep) give 14."""
+    assert tile_shape(256, 28, 32) == (4, 4)
+    assert tile_shape(256, 28, 32, cores=2) == (8, 2)
+    assert tile_shape(768, 64, 32, cores=2) == (6, 4)  # 16 column blocks already share out evenly
+
+
 def test_heuristic_blocks_matmul_for_registers_and_cache() -> None:
     """matmul: a 6 x 4-vector tile of accumulators inside blocks of k, each block of b packed
     and reused by every row block; the blocks of k write c first, so the accumulator adds to
     it. Blocks of 256 steps of 4 vectors (64 KiB) fill half of a 128 KiB private cache."""
     spec = load(KERNELS["matmul"].text(m=24, k=512, n=128))
-    target = replace(CPU, vector_bytes=64, vector_registers=32, caches=Caches(private=128 << 10))
+    target = replace(CPU, vector_bytes=64, vector_registers=32, cores=2, caches=Caches(private=128 << 10))
     moves = heuristic(spec, target)
     program = advance(spec, moves)
     text = to_text(program)
@@ -167,7 +175,7 @@ def test_heuristic_sets_a_blocked_targets_tiles_inside_the_reductions_nest() -> 
     """bmm has no blocks of k outside its rows, so `c = 0` moves into the blocked nest, set one
     tile at a time just before the tile is loaded, instead of in a pass over all of c."""
     spec = load(KERNELS["bmm"].text(b=2, m=8, k=16, n=64))
-    moves = heuristic(spec, replace(CPU, vector_bytes=64, vector_registers=32))
+    moves = heuristic(spec, replace(CPU, vector_bytes=64, vector_registers=32, cores=2))
     text = to_text(advance(spec, moves)).split("\n\n")[-1]
     init, load_ = text.splitlines()[:2]
     assert init.startswith("2:p 2 4:u 4:u 16:v c[") and init.endswith("= 0")  # batch, row blocks, tile
