@@ -56,14 +56,15 @@ def map_ops(nodes: tuple[Node, ...], f: Callable[[Op], Op]) -> tuple[Node, ...]:
     return tuple(f(n) if isinstance(n, Op) else replace(n, body=map_ops(n.body, f)) for n in nodes)
 
 
+def uncommented(nodes: tuple[Node, ...]) -> tuple[Node, ...]:
+    """`nodes` without the comments of their operations."""
+    return map_ops(nodes, lambda op: replace(op, comments=()))
+
+
 def without_comments(program: Program) -> Program:
     """The program with no comments and no derivation: what it computes."""
-
-    def bare(nodes):
-        return tuple(replace(n, comments=()) if isinstance(n, Op) else replace(n, body=bare(n.body)) for n in nodes)
-
     return replace(program, comments=(), trailing=(), derivation=None,
-                   buffers=tuple(replace(b, comments=()) for b in program.buffers), body=bare(program.body))
+                   buffers=tuple(replace(b, comments=()) for b in program.buffers), body=uncommented(program.body))
 
 
 def same_program(a: Program, b: Program) -> bool:

@@ -66,6 +66,12 @@ def ref(depth: int) -> Affine:
     return Affine(0, ((depth, 1),))
 
 
+def shifted(nodes: tuple[Node, ...], depth: int, start: int) -> tuple[Node, ...]:
+    """`nodes`, the body of a scope at `depth`, as the body of a scope whose
+    iterations begin at `start`: `{depth}` becomes `{depth}+start`."""
+    return substitute(nodes, lambda d: ref(d) + Affine(start) if d == depth else ref(d))
+
+
 def used_as_value(expr: Expr, depth: int) -> bool:
     """Does `{depth}` occur in `expr` outside the indices of its accesses?"""
     if isinstance(expr, Ref):

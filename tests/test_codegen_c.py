@@ -221,6 +221,48 @@ def test_vectorized_scopes(cache: Path) -> None:
     assert_matches(program, cache)
 
 
+TAILS = """kernel k(x, w) -> y, z, s
+
+x f32 [3, 44] heap
+w f32 [10, 3] heap
+y f32 [3, 44] heap
+z f32 [3, 40] heap
+s f32 [10] heap
+
+3 44 y[{0},{1}] = x[{0},{1}] * 2
+3 40 z[{0},{1}] = exp(x[{0},{1}]) + {0}
+10 s[{0}] = {0}
+|  3 s[{0}] += w[{0},{1}] * {1}
+"""
+
+
+def test_split_tails(cache: Path) -> None:
+    """Splits by factors that do not divide: rows of 44 and 40 by 16, each tail vectorized too
+    (12 lanes in pieces of 8 and 4); 10 rows of two operations by 4 under `:p`, with a deeper
+    scope split again down to a tail of one iteration."""
+    program = load(TAILS)
+    for move in ("split_scope(op=y, depth=1, factor=16)", "vectorize_scope(op=y#1, depth=2)",
+                 "vectorize_scope(op=y#2, depth=1)", "split_scope(op=z, depth=1, factor=16)",
+                 "vectorize_scope(op=z#1, depth=2)", "vectorize_scope(op=z#2, depth=1)",
+                 "split_scope(op=s#1, depth=0, factor=4)", "split_scope(op=s#2, depth=2, factor=2)",
+                 "parallelize_scope(op=s#1, depth=0)"):
+        program = apply(program, move)
+    assert to_text(program).split("\n\n")[-1] == """3 2 16:v y[{0},{1}*16+{2}] = x[{0},{1}*16+{2}] * 2
+| 12:v y[{0},{1}+32] = x[{0},{1}+32] * 2
+3 2 16:v z[{0},{1}*16+{2}] = exp(x[{0},{1}*16+{2}]) + {0}
+| 8:v z[{0},{1}+32] = exp(x[{0},{1}+32]) + {0}
+2:p 4 s[{0}*4+{1}] = {0} * 4 + {1}
+|   | 1 2 s[{0}*4+{1}] += w[{0}*4+{1},{2}*2+{3}] * ({2} * 2 + {3})
+|   | 1 s[{0}*4+{1}] += w[{0}*4+{1},{2}+2] * ({2} + 2)
+2 s[{0}+8] = {0} + 8
+| 3 s[{0}+8] += w[{0}+8,{1}] * {1}
+"""
+    source = generate(program, "x86-avx512")
+    assert "*(vf32x8u *)&b_y[i0*44 + 32] = " in source and "*(vf32x4 *)&b_y[i0*44 + 40] = " in source
+    assert "*(vf32x8 *)&b_z[i0*40 + 32] = " in source
+    assert_matches(program, cache)
+
+
 REDUCTIONS = """kernel k(x, n) -> s, p, hi, lo, ni, t
 
 x f32 [6, 64] heap

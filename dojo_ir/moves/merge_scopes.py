@@ -1,12 +1,18 @@
 """merge_scopes: the inverse of a split.
 
     N/f f  x[{0}*f+{1}] = ...      ->      N  x[{0}] = ...
+    N%f    x[{0}+N/f*f] = ...
 
 `merge_scopes(op=X, depth=d)` merges the sequential scope at depth d with its
 only child, a sequential scope of size f. Legal when every reference to the
 two scopes comes in the combination `{d}*f+{d+1}` (times a constant), in
 indices and in values alike, so that it can be written `{d}` of the merged
 scope. The order of iterations is unchanged.
+
+A tail that `split_scope` left (a sequential scope of fewer than f
+iterations right after, whose body is the merged body with `{d}` shifted to
+start where the tiles end, comments aside) is taken back in: the merged
+scope runs its iterations too. Any other next scope stays where it is.
 """
 
 from __future__ import annotations
@@ -16,8 +22,8 @@ from dataclasses import replace
 
 from ..affine import Affine, NotAffine, affine
 from ..analysis import Analysis
-from ..paths import iter_paths, splice, with_body
-from ..refs import ref, substitute_expr
+from ..paths import iter_paths, siblings, splice, uncommented, with_body
+from ..refs import ref, shifted, substitute_expr
 from ..tree import Access, Binary, Call, Expr, Node, Op, Program, Ref, Scope, Unary, walk_expr
 from .base import DEPTH, OP, Move, scope_of
 
@@ -95,7 +101,9 @@ def _merge_body(nodes: tuple[Node, ...], depth: int, inner: int) -> tuple[Node, 
     return tuple(merged)
 
 
-def _merged(a: Analysis, move: Move) -> tuple[tuple, Scope] | str:
+def _merged(a: Analysis, move: Move) -> tuple[tuple, Scope, bool] | str:
+    """The merged scope's path, the scope, and whether it takes in the tail
+    after it; or why the scopes cannot be merged."""
     _, path, scope = scope_of(a, move)
     if len(scope.body) != 1 or not isinstance(scope.body[0], Scope):
         return "the scope does not hold exactly one scope"
@@ -107,7 +115,16 @@ def _merged(a: Analysis, move: Move) -> tuple[tuple, Scope] | str:
     except _Unmergeable:
         return (f"some reference to the two scopes is not of the form `{{d}}*{inner.size}+{{d+1}}`, "
                 "so it cannot be written with one merged scope")
-    return path, Scope(scope.size * inner.size, "", body)
+    size, rest = scope.size * inner.size, siblings(a.program.body, path)[path[-1] + 1:]
+    if rest and _is_tail(rest[0], body, len(path) - 1, size, inner.size):
+        return path, Scope(size + rest[0].size, "", body), True
+    return path, Scope(size, "", body), False
+
+
+def _is_tail(node: Node, body: tuple[Node, ...], depth: int, start: int, factor: int) -> bool:
+    """Whether `node` runs `body` on from iteration `start`, as the tail of a split by `factor`."""
+    return (isinstance(node, Scope) and not node.kind and node.size < factor
+            and uncommented(node.body) == uncommented(shifted(body, depth, start)))
 
 
 def why_not(a: Analysis, move: Move) -> str | None:
@@ -116,8 +133,11 @@ def why_not(a: Analysis, move: Move) -> str | None:
 
 
 def rewrite(a: Analysis, move: Move) -> Program:
-    path, scope = _merged(a, move)
-    return with_body(a.program, splice(a.program.body, path, (scope,)))
+    path, scope, with_tail = _merged(a, move)
+    body = splice(a.program.body, path, (scope,))
+    if with_tail:
+        body = splice(body, path[:-1] + (path[-1] + 1,), ())
+    return with_body(a.program, body)
 
 
 EXAMPLES = [
@@ -136,6 +156,45 @@ x f32 [8, 3] heap
 y f32 [8, 3] heap
 
 8 3 y[{0},{1}] = x[{0},{1}] * {0}
+""",
+    ),
+    (
+        # The tail of a split by 4 is taken back in.
+        """kernel k(x) -> y
+
+x f32 [10] heap
+y f32 [10] heap
+
+2 4 y[{0}*4+{1}] = x[{0}*4+{1}] * ({0} * 4 + {1})
+2 y[{0}+8] = x[{0}+8] * ({0} + 8)
+""",
+        "merge_scopes(op=y#1, depth=0)",
+        """kernel k(x) -> y
+
+x f32 [10] heap
+y f32 [10] heap
+
+10 y[{0}] = x[{0}] * {0}
+""",
+    ),
+    (
+        # The scope after reads other elements than the tiles would next, so it stays.
+        """kernel k(x) -> y
+
+x f32 [10] heap
+y f32 [10] heap
+
+2 4 y[{0}*4+{1}] = x[{0}*4+{1}]
+2 y[{0}+8] = x[{0}+7]
+""",
+        "merge_scopes(op=y#1, depth=0)",
+        """kernel k(x) -> y
+
+x f32 [10] heap
+y f32 [10] heap
+
+8 y[{0}] = x[{0}]
+2 y[{0}+8] = x[{0}+7]
 """,
     ),
 ]
