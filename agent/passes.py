@@ -36,13 +36,13 @@ from dojo_ir.affine import NotAffine, affine
 from dojo_ir.analysis import Analysis, Site
 from dojo_ir.moves import Move, apply, find, why_not
 from dojo_ir.moves.set_location import CAPACITY
-from dojo_ir.moves.vectorize_scope import VECTOR_BYTES
 from dojo_ir.paths import without_comments
 from dojo_ir.tree import DTYPE_BYTES, Access, Op, Scope
 
 from . import methods
 
 STACK_BYTES = CAPACITY["stack"]
+TAIL_COST = 0.25  # a register tile's side that leaves a tail: its loop overhead and its tail's smaller tile
 BALANCED_ITERATIONS = 4  # iterations per core from which an uneven last share costs little
 _MAX_STEPS = 500  # a bound on any loop of moves; no library kernel comes near it
 
@@ -281,17 +281,24 @@ def _divisors(n: int, most: int) -> list[int]:
 
 
 def tile_shape(rows: int, vectors: int, registers: int, per_vector: int = 1, cores: int = 1) -> tuple[int, int]:
-    """The register tile of a blocked reduction: R rows by W vectors of accumulators, R dividing
-    `rows`, W dividing `vectors`, whose live values fit in `registers` (`_live_registers`: one
-    more and the compiler spills an accumulator in the inner loop), with the fewest loads per
-    multiply-add ((R + W) / (R * W): each step loads W vectors and R broadcasts for R * W
-    updates); more accumulators first, then more vectors, on a tie. With `cores` above 1 the
-    column blocks (`vectors / W`) are what the cores share, so a tile that shares them out
+    """The register tile of a blocked reduction: R of `rows` by W of `vectors` accumulators, whose
+    live values fit in `registers` (`_live_registers`: one more and the compiler spills an
+    accumulator in the inner loop), with the fewest loads per multiply-add ((R + W) / (R * W):
+    each step loads W vectors and R broadcasts for R * W updates), each side that does not
+    divide its extent counting TAIL_COST more (its tail is a loop nest of its own, with a
+    smaller tile); more accumulators first, then more vectors, on a tie. With `cores` above 1
+    the column blocks (`vectors / W`) are what the cores share, so a tile that shares them out
     evenly comes first."""
-    shapes = [(r, w) for r in _divisors(rows, registers) for w in _divisors(vectors, registers)
+    shapes = [(r, w) for r in range(1, min(rows, registers) + 1) for w in range(1, min(vectors, registers) + 1)
               if _live_registers(r, w, per_vector) <= registers]
-    return min(shapes, key=lambda rw: (cores > 1 and not _balanced(vectors // rw[1], cores),
-                                       (rw[0] + rw[1]) / (rw[0] * rw[1]), -rw[0] * rw[1], -rw[1]))
+
+    def cost(rw: tuple[int, int]) -> tuple:
+        r, w = rw
+        tails = (rows % r > 0) + (vectors % w > 0)
+        return (cores > 1 and not _balanced(vectors // w, cores),  # the tail's block is a loop nest of its own
+                (r + w) / (r * w) * (1 + TAIL_COST * tails), -r * w, -w)
+
+    return min(shapes, key=cost)
 
 
 def _register_block(state: _State, target: Target) -> None:
@@ -306,14 +313,20 @@ def _register_block(state: _State, target: Target) -> None:
     form, when blocks of K outside the rows write the target first), and a reduction longer
     than `REDUCTION_BLOCK` cut into blocks so that a block of the streamed operand stays in
     cache while every row uses it. Section 4.1's latency-hiding tiling is the case R = W = 4:
-    R x W independent accumulators keep the multiply-add pipeline full. All or nothing per
-    operation."""
+    R x W independent accumulators keep the multiply-add pipeline full. A side of the tile, or
+    of the vectors, that does not divide its scope leaves a tail (`split_scope`), blocked in
+    turn with a tile that fits it. All or nothing per operation. The last operation first: a
+    tail comes after its operation and renames the ones after it, which are then done."""
     if target.language != "c":
         return
-    for label in [s.label for s in _sites(state)]:
-        before = (state.program, list(state.moves))
-        if not _block(state, label, target):
-            state.program, state.moves, state._analysis = before[0], before[1], None
+    for label in reversed([s.label for s in _sites(state)]):
+        _block_or_undo(state, label, target)
+
+
+def _block_or_undo(state: _State, label: str, target: Target) -> None:
+    before = (state.program, list(state.moves))
+    if not _block(state, label, target):
+        state.program, state.moves, state._analysis = before[0], before[1], None
 
 
 def _block(state: _State, label: str, target: Target) -> bool:
@@ -326,7 +339,7 @@ def _block(state: _State, label: str, target: Target) -> bool:
     for depth in range(lane, len(site.chain) - 1):  # the contiguous scope innermost
         if not _swap_alone(state, label, depth):
             return False
-    split = _vectorize_innermost(state, label, target)
+    split = _vectorize_innermost(state, label, target, block_tail=True)
     if split is None:
         return False
     site = state.analysis.by_label[label]
@@ -367,7 +380,7 @@ def _block(state: _State, label: str, target: Target) -> bool:
         if size == 1:  # a tile one row deep (a wide vector fills the registers): the scope stays whole
             roles[depth] = role + "o"
             continue
-        if not state.play(f"split_scope(op={label}, depth={depth}, factor={size})"):
+        if not _split_and_block_tail(state, label, depth, size, target):
             return False
         roles[depth: depth + 1] = [role + "o", role + "t"]
     tile = [x for x in ("It", "Jt", "L") if x in roles]
@@ -514,26 +527,47 @@ def _registers(size: int, dtype_bytes: int, target: Target) -> int:
     return sum(max(1, lanes * dtype_bytes // target.vector_bytes) for _, lanes in pieces(size, dtype_bytes))
 
 
-def _vectorize_innermost(state: _State, label: str, target: Target) -> bool | None:
-    """Vectorise the innermost scope around `label`: split by the lane count when it divides the
-    scope, else whole when a vector may be that wide, else by its widest divisor that may be.
-    Returns whether it split, or None when it could not vectorise."""
+def _vectorize_innermost(state: _State, label: str, target: Target, block_tail: bool = False) -> bool | None:
+    """Vectorise the innermost scope around `label`: whole when it is less than two vectors wide,
+    else split by the lane count, the tiles vectorised and, when the lanes do not divide it, the
+    tail of fewer lanes vectorised whole (a conv row of 54 is 3 vectors of 16 and one of 6), or
+    register-blocked on its own with `block_tail`. Returns whether it split, or None when it
+    could not vectorise."""
     site = state.analysis.by_label[label]
     depth = len(site.chain) - 1
-    size, dtype_bytes = site.chain[depth].size, _op_bytes(state.program, site.op)
-    width = lanes(target, dtype_bytes)
+    size, width = site.chain[depth].size, lanes(target, _op_bytes(state.program, site.op))
     if site.chain[depth].kind or size < 2:
         return None
-    if size % width and size * dtype_bytes > VECTOR_BYTES:
-        wide = [d for d in _divisors(size, VECTOR_BYTES // dtype_bytes) if d >= width]
-        if not wide:
-            return None
-        width = wide[-1]
-    if size % width or size == width:
+    if size < 2 * width:
         return False if state.play(f"vectorize_scope(op={label}, depth={depth})") else None
-    moves = [f"split_scope(op={label}, depth={depth}, factor={width})",
-             f"vectorize_scope(op={label}, depth={depth + 1})"]
-    return True if state.play_all(moves) else None
+    if not state.play_all([f"split_scope(op={label}, depth={depth}, factor={width})",
+                           f"vectorize_scope(op={label}, depth={depth + 1})"]):
+        return None
+    if size % width:
+        tail = _tail_label(state, label, depth)
+        if block_tail:
+            _block_or_undo(state, tail, target)
+        elif size % width > 1:
+            state.play(f"vectorize_scope(op={tail}, depth={depth})")
+    return True
+
+
+def _tail_label(state: _State, label: str, depth: int) -> str:
+    """The label of the first operation in the tail that splitting the scope at `depth` around
+    `label` left: the scope right after it."""
+    path = state.analysis.by_label[label].path
+    return state.analysis.first_site(path[:depth] + (path[depth] + 1,)).label
+
+
+def _split_and_block_tail(state: _State, label: str, depth: int, factor: int, target: Target) -> bool:
+    """Split the scope at `depth` around `label` by `factor`; a tail that leaves is register-blocked
+    on its own right away, before anything renames it (`_register_block`)."""
+    size = state.analysis.by_label[label].chain[depth].size
+    if not state.play(f"split_scope(op={label}, depth={depth}, factor={factor})"):
+        return False
+    if size % factor:
+        _block_or_undo(state, _tail_label(state, label, depth), target)
+    return True
 
 
 def _alone(state: _State, label: str, depth: int) -> bool:

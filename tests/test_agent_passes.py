@@ -93,8 +93,9 @@ def test_heuristic_makes_matmul_contiguous_and_one_core_runs_no_threads() -> Non
 
 @pytest.mark.parametrize(("rows", "vectors", "registers", "shape"), [
     (768, 64, 32, (6, 4)),  # matmul on AVX-512: 24 accumulators, 10 loads per 24 multiply-adds
-    (256, 16, 32, (4, 4)),  # 6 does not divide 256
-    (64, 7, 32, (2, 7)),  # 4 x 7 accumulators leave no register for the 7 vectors they multiply
+    (256, 16, 32, (4, 4)),  # 6 x 4 would leave a tail of 4 rows, 4 x 6 one of 4 vectors
+    (64, 7, 32, (4, 6)),  # 4 x 7 accumulators leave no register for the 7 vectors: 6 and a tail of 1
+    (500, 44, 32, (5, 4)),  # 500 x 704 on AVX-512: 5 rows divide 500
     (768, 128, 16, (6, 2)),  # AVX2's 16 registers: 12 accumulators, 2 vectors and a broadcast
     (1, 1, 32, (1, 1)),
 ])
@@ -104,9 +105,9 @@ def test_register_tile_shape_loads_least_per_multiply_add(rows, vectors, registe
 
 def test_a_register_tile_shares_its_column_blocks_evenly_over_the_cores() -> None:
     """swiglu's 448 columns are 28 vectors: 4-vector tiles leave 7 column blocks, one core idle
-    for a seventh of the work on 2 cores; 2-vector tiles (8 rows deep) give 14."""
+    for a seventh of the work on 2 cores; 6-vector tiles give 4 (and a tail of 4 vectors)."""
     assert tile_shape(256, 28, 32) == (4, 4)
-    assert tile_shape(256, 28, 32, cores=2) == (8, 2)
+    assert tile_shape(256, 28, 32, cores=2) == (4, 6)
     assert tile_shape(768, 64, 32, cores=2) == (6, 4)  # 16 column blocks already share out evenly
 
 
@@ -192,15 +193,15 @@ def test_heuristic_vectorizes_a_convolution_row_the_lanes_do_not_divide() -> Non
     _check(spec, moves)
 
 
-def test_heuristic_keeps_a_one_row_tile_when_a_wide_row_fills_the_registers() -> None:
-    """conv2's rows of 54 outputs take 7 of AVX2's 16 vector registers, so the tile is one row
-    deep: the row still accumulates in registers (a tile of size 1 is no split, which would be
-    illegal and used to undo the whole blocking, leaving the 3 filter taps as a 3-lane vector)."""
+def test_heuristic_blocks_a_row_the_lanes_do_not_divide_and_its_tail() -> None:
+    """conv2's rows of 54 outputs on AVX2 are 6 vectors of 8 and a tail of 6 lanes: the vectors
+    get a tile of 4 output channels by 3 vectors, and the tail a loop nest of its own with a
+    tile of 4 channels by its one 6-lane vector, both accumulated in registers."""
     spec = load(KERNELS["conv2"].text(n=1, co=4, ci=2, h=10, w=56, k=3))
     moves = heuristic(spec, replace(CPU, vector_bytes=32, vector_registers=16))
     text = to_text(advance(spec, moves))
-    assert "54:v y_acc[" in text and "accumulate(op=y#2" in " ".join(moves)
-    assert "3:v" not in text
+    assert "4:u 3:u 8:v y_acc2[{0},{1},{2},{6},{7},{8}] += x[{0},{4},{1}+{3},{5}+{2}*24+{7}*8+{8}]" in text
+    assert "4:u 6:v y_acc[{0},{1},{5},{6}] += x[{0},{3},{1}+{2},{4}+{6}+48]" in text
     _check(spec, moves)
 
 
