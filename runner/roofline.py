@@ -364,19 +364,21 @@ def _positive(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
-def _measure(directory: Path) -> dict[str, Any]:
-    """Build and run the measurement; the record to cache."""
+def _measure(directory: Path, vector_bytes: int | None = None, march: str = "-march=native",
+             floats: int | None = None) -> dict[str, Any]:
+    """Build and run the measurement, with vectors of `vector_bytes` (default: the widest this
+    machine has) built for `march`, over arrays of `floats`; the record to cache."""
     cores = _cores()
-    vector_bytes = native_vector_bytes()
+    vector_bytes = vector_bytes or native_vector_bytes()
     # -ffp-contract=fast: `a * b + c` must become one FMA, as in the kernels the project generates
-    target = Target("roofline", "c", ("gcc",), ("-O3", "-march=native", "-fopenmp", "-ffp-contract=fast",
-                                                 "-std=gnu11"), vector_bytes, cores=cores)
+    target = Target("roofline", "c", ("gcc",), ("-O3", march, "-fopenmp", "-ffp-contract=fast", "-std=gnu11"),
+                    vector_bytes, cores=cores)
     source = f"#define VBYTES {vector_bytes}\n{_SOURCE}"
     try:
         binary = build(source, target, directory)
     except BuildError as error:
         raise MachineError(f"cannot build the machine measurement: {error}") from None
-    command = [str(binary.path), str(_array_floats()), str(_BANDWIDTH_REPEATS), str(_FMA_REPEATS),
+    command = [str(binary.path), str(floats or _array_floats()), str(_BANDWIDTH_REPEATS), str(_FMA_REPEATS),
                str(_FMA_ITERATIONS)]
     # every core, one thread bound to each, as the runner runs kernels
     environment = os.environ | {"OMP_NUM_THREADS": str(cores), "OMP_PROC_BIND": "true", "OMP_PLACES": "cores"}
@@ -427,6 +429,15 @@ def machine_record(refresh: bool = False, cache_dir: Path | None = None) -> dict
         record = _measure(path.parent)
         write_atomically(path, (json.dumps(record, indent=1) + "\n").encode())
     return record
+
+
+def peak_flops(target: Target, cache_dir: Path | None = None) -> float:
+    """The f32 FMA peak, all cores, of code built for a C `target` with its vectors (measured now,
+    not cached): what a kernel built for `x86-avx2` can reach on a machine with wider vectors."""
+    march = next(flag for flag in target.flags if flag.startswith("-march="))
+    directory = machine_cache_path(cache_dir).parent
+    directory.mkdir(parents=True, exist_ok=True)
+    return float(_measure(directory, target.vector_bytes, march, floats=1 << 16)["peak_flops"])
 
 
 def machine_limits(refresh: bool = False, cache_dir: Path | None = None) -> Machine:
