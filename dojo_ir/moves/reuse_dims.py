@@ -68,7 +68,9 @@ def injective(forms: Sequence[Affine], sizes: Sequence[int]) -> bool:
     for first, depth in enumerate(moving):
         rest = moving[first:]
         bounds = [(1, sizes[depth] - 1)] + [(1 - sizes[d], sizes[d] - 1) for d in rest[1:]]
-        unchanged = [Constraint(tuple((i, f.coef(d)) for i, d in enumerate(rest)), 0, True) for f in forms]
+        steps = [tuple((i, f.coef(d)) for i, d in enumerate(rest) if f.coef(d)) for f in forms]
+        # a form that none of these scopes moves is unchanged by every step
+        unchanged = [Constraint(step, 0, True) for step in steps if step]
         if feasible(bounds, unchanged) is not False:
             return False
     return True
