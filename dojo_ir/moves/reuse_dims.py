@@ -10,7 +10,8 @@ same storage (the paper's Figure 6). The accesses do not change.
 
 Legal when t is a temporary (the layout of inputs and outputs is the kernel's
 interface), dimension k has an extent above 1 and is not folded yet, and each
-element of dimension k is produced and consumed within one iteration:
+element is produced and consumed within one iteration, which indexes
+dimension k by one value:
 - every access to every array of t indexes dimension k by one affine form g;
 - with d the deepest scope that g refers to, all these accesses lie inside
   one scope S at depth d (the root when g is a constant);
@@ -83,9 +84,10 @@ def _alike(found: Sequence[tuple[Site, Access]], k: int) -> Affine | None:
 
 
 def one_iteration(a: Analysis, buffer: Buffer, k: int, *, one_at_a_time: bool) -> str | None:
-    """None when every element of dimension k of `buffer` is touched in one
-    iteration only of one scope and the scopes around it (conditions 1-3 of
-    the module docstring; with `one_at_a_time`, also condition 4), else why not."""
+    """None when every element of `buffer` is touched in one iteration only
+    of one scope and the scopes around it, each iteration with one index in
+    dimension k (conditions 1-3 of the module docstring; with
+    `one_at_a_time`, also condition 4), else why not."""
     found = buffer_accesses(a, buffer)
     if not found:
         return f"no operation accesses `{buffer.name}`"
