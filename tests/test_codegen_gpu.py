@@ -15,8 +15,8 @@ GPU here, so:
   walks of legal moves drawn towards GPU mappings run on the CPU under an
   emulation of the CUDA execution model (tests/gpu_emulator: a thread per GPU
   thread, a barrier per block) built with ThreadSanitizer: they must give the
-  interpreter's outputs and race nowhere. A kernel stripped of its barriers
-  shows that the sanitizer sees a missing one.
+  interpreter's outputs and race nowhere. Kernels stripped of their barriers
+  (softmax's, the staged matmul's) show that the sanitizer sees a missing one.
 - the CUDA source of one small mapped kernel is golden:
 
     UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_codegen_gpu.py
@@ -254,7 +254,8 @@ def test_the_golden_kernel_builds_alone(target: str, tmp_path: Path) -> None:
 
 # -- the emulator -------------------------------------------------------------------
 
-STRIPPED = "softmax_gpu_without_barriers"
+# The programs whose barriers are stripped, to show that the sanitizer sees them missing.
+STRIPPED = ("softmax_gpu", "staged_matmul")
 
 
 @pytest.fixture(scope="module")
@@ -263,8 +264,9 @@ def emulator(programs: dict[str, Program], tmp_path_factory: pytest.TempPathFact
     if shutil.which("g++") is None:
         pytest.skip("g++ is not installed")
     sources = {name: generate(p, "cuda") for name, p in programs.items()}
-    sources[STRIPPED] = sources["softmax_gpu"].replace("__syncthreads();", "")
-    assert sources[STRIPPED] != sources["softmax_gpu"]
+    for name in STRIPPED:
+        sources[f"{name}_without_barriers"] = sources[name].replace("__syncthreads();", "")
+        assert sources[f"{name}_without_barriers"] != sources[name]
     emulated = {name: LAUNCH.sub(r"dojo_emulate(\2, \3, [&] { \1(\4); });", s) for name, s in sources.items()}
     dispatch = [f'    if (!strcmp(argv[1], "{name}"))\n        return {name}::main(argc - 1, argv + 1);'
                 for name in emulated]
@@ -301,8 +303,9 @@ def test_the_emulated_program_gives_the_interpreters_outputs(name: str, programs
     assert verified, f"largest difference {worst}"
 
 
-def test_the_sanitizer_sees_a_missing_barrier(programs: dict[str, Program], emulator: Path) -> None:
-    result = emulate(emulator, STRIPPED, programs["softmax_gpu"])
+@pytest.mark.parametrize("name", STRIPPED)
+def test_the_sanitizer_sees_a_missing_barrier(name: str, programs: dict[str, Program], emulator: Path) -> None:
+    result = emulate(emulator, f"{name}_without_barriers", programs[name])
     assert result.returncode == 66 and "data race" in result.stderr, result.stderr[-3000:]
 
 
