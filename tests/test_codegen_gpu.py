@@ -10,12 +10,13 @@ GPU here, so:
   of its own (the `#include`s, the same for all, once at the top; `#line`
   names the program in an error). The golden kernel is also built alone, as
   the runner builds it.
-- the same programs, hand-written mappings for the rarer rules and random
+- the same programs, hand-written mappings for the rarer rules (among them
+  the classic matmul with `shared` tiles, as a schedule of moves) and random
   walks of legal moves drawn towards GPU mappings run on the CPU under an
   emulation of the CUDA execution model (tests/gpu_emulator: a thread per GPU
   thread, a barrier per block) built with ThreadSanitizer: they must give the
-  interpreter's outputs and race nowhere. A kernel stripped of its barriers
-  shows that the sanitizer sees a missing one.
+  interpreter's outputs and race nowhere. Kernels stripped of their barriers
+  (softmax's, the staged matmul's) show that the sanitizer sees a missing one.
 - the CUDA source of one small mapped kernel is golden:
 
     UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_codegen_gpu.py
@@ -38,8 +39,8 @@ from codegen.gpukernel import digits
 from dojo_ir import interpret, load, random_inputs, to_text
 from dojo_ir.fuzz import fuzz_shape
 from dojo_ir.library import KERNELS
-from dojo_ir.moves import apply, find
-from dojo_ir.tree import Program
+from dojo_ir.moves import apply, find, why_not
+from dojo_ir.tree import Program, walk_op_paths
 from runner.verify import compare, decode, encode
 
 HERE = Path(__file__).parent
@@ -67,6 +68,34 @@ def on_gpu(program: Program) -> Program:
     program = play(program, lambda m: m.name == "set_location" and m.arg("location") == "shared")
     return play(program, lambda m: m.name == "set_location" and m.arg("location") == "stack")
 
+
+# The classic shared-memory matmul, as a schedule that replays: 8x8 tiles of
+# `c` on a grid of blocks, a thread per element of a tile, and per tile of 8
+# of the reduction the tiles of `a` and `b` staged in `shared` memory, copied
+# by the block's threads.
+STAGED_MATMUL = [
+    # tile both nests by 8 in i and j, the tiles outermost, and fuse the tile scopes
+    "split_scope(op=c#1, depth=0, factor=8)", "split_scope(op=c#1, depth=2, factor=8)", "swap_scopes(op=c#1, depth=1)",
+    "split_scope(op=c#2, depth=0, factor=8)", "split_scope(op=c#2, depth=2, factor=8)", "swap_scopes(op=c#2, depth=1)",
+    # the reduction in tiles of 8, the loop over tiles outside the tile's elements
+    "split_scope(op=c#2, depth=4, factor=8)", "swap_scopes(op=c#2, depth=3)", "swap_scopes(op=c#2, depth=2)",
+    "join_scopes(op=c#1, depth=0)", "join_scopes(op=c#1, depth=1)",
+    # copy what a reduction tile reads of `a` and of `b` first: `a_s`, `b_s`, one tile per (i, j, k) tile
+    "stage_reads(op=c#2, depth=3, buffer=a)", "stage_reads(op=c#2, depth=3, buffer=b)",
+    # a tile stored per (i, j) tile, so that the blocks running them at once do not share one on the heap
+    "unreuse_dims(buffer=a_s, dim=0)", "unreuse_dims(buffer=a_s, dim=1)",
+    "unreuse_dims(buffer=b_s, dim=0)", "unreuse_dims(buffer=b_s, dim=1)",
+    # a block per (i, j) tile; the initialisation, the two copies and the products over its threads
+    "map_gpu(op=c#1, depth=0, kind=g)", "map_gpu(op=c#1, depth=1, kind=g)",
+    "map_gpu(op=c#1, depth=2, kind=b)", "map_gpu(op=c#1, depth=3, kind=b)",
+    "map_gpu(op=a_s, depth=3, kind=b)", "map_gpu(op=a_s, depth=4, kind=b)",
+    "map_gpu(op=b_s, depth=3, kind=b)", "map_gpu(op=b_s, depth=4, kind=b)",
+    "map_gpu(op=c#2, depth=3, kind=b)", "map_gpu(op=c#2, depth=4, kind=b)",
+    # the tiles in the block's shared memory, which each block holds for itself: one tile of each is stored
+    "set_location(buffer=a_s, location=shared)", "set_location(buffer=b_s, location=shared)",
+    "reuse_dims(buffer=a_s, dim=0)", "reuse_dims(buffer=a_s, dim=1)",
+    "reuse_dims(buffer=b_s, dim=0)", "reuse_dims(buffer=b_s, dim=1)",
+]
 
 # Hand-written programs and the moves that map them, one for each rule that
 # the library kernels' mappings leave out.
@@ -142,6 +171,8 @@ t f64 [4, 6] heap -> a, b
 | 6 y[{0},{1}] = b[{0},{1}] + n[{0}]
 """, ["map_gpu(op=n#1, depth=0, kind=g)", "map_gpu(op=a, depth=1, kind=b)", "map_gpu(op=b, depth=1, kind=b)",
       "map_gpu(op=y, depth=1, kind=b)"]),
+    # staged `shared` tiles, copied and then read by all of the block's threads in a loop
+    "staged_matmul": (KERNELS["matmul"].text(m=32, k=48, n=64), STAGED_MATMUL),
 }
 
 
@@ -223,7 +254,8 @@ def test_the_golden_kernel_builds_alone(target: str, tmp_path: Path) -> None:
 
 # -- the emulator -------------------------------------------------------------------
 
-STRIPPED = "softmax_gpu_without_barriers"
+# The programs whose barriers are stripped, to show that the sanitizer sees them missing.
+STRIPPED = ("softmax_gpu", "staged_matmul")
 
 
 @pytest.fixture(scope="module")
@@ -232,8 +264,9 @@ def emulator(programs: dict[str, Program], tmp_path_factory: pytest.TempPathFact
     if shutil.which("g++") is None:
         pytest.skip("g++ is not installed")
     sources = {name: generate(p, "cuda") for name, p in programs.items()}
-    sources[STRIPPED] = sources["softmax_gpu"].replace("__syncthreads();", "")
-    assert sources[STRIPPED] != sources["softmax_gpu"]
+    for name in STRIPPED:
+        sources[f"{name}_without_barriers"] = sources[name].replace("__syncthreads();", "")
+        assert sources[f"{name}_without_barriers"] != sources[name]
     emulated = {name: LAUNCH.sub(r"dojo_emulate(\2, \3, [&] { \1(\4); });", s) for name, s in sources.items()}
     dispatch = [f'    if (!strcmp(argv[1], "{name}"))\n        return {name}::main(argc - 1, argv + 1);'
                 for name in emulated]
@@ -270,8 +303,9 @@ def test_the_emulated_program_gives_the_interpreters_outputs(name: str, programs
     assert verified, f"largest difference {worst}"
 
 
-def test_the_sanitizer_sees_a_missing_barrier(programs: dict[str, Program], emulator: Path) -> None:
-    result = emulate(emulator, STRIPPED, programs["softmax_gpu"])
+@pytest.mark.parametrize("name", STRIPPED)
+def test_the_sanitizer_sees_a_missing_barrier(name: str, programs: dict[str, Program], emulator: Path) -> None:
+    result = emulate(emulator, f"{name}_without_barriers", programs[name])
     assert result.returncode == 66 and "data race" in result.stderr, result.stderr[-3000:]
 
 
@@ -329,9 +363,49 @@ y f32 [2, 4, 8] heap
     # the iterations of the loop touch different elements
     (lambda: load(ELEMENTWISE_IN_A_LOOP), 0),
     (lambda: mapped_case("grid_scope_in_block"), 0),
+    # between the copies and the products, and before the next copies; one before the loop, as a loop's
+    # threads are not matched with those of the initialisation before it
+    (lambda: mapped_case("staged_matmul"), 3),
 ])
 def test_barriers_stand_where_threads_communicate(program, barriers: int) -> None:
     assert generate(program(), "cuda").count("__syncthreads();") == barriers
+
+
+def test_the_staged_matmul_copies_its_tiles_to_shared_memory_and_waits_for_them() -> None:
+    program = mapped_case("staged_matmul")
+    chains = {(op.target.array, *(r.array for r in op.reads)): [s.token for s in chain]
+              for _, op, chain in walk_op_paths(program.body)}
+    # in each block (`4:g 8:g`), per reduction tile (`6`), each thread copies one element of each tile
+    assert chains[("a_s", "a")] == chains[("b_s", "b")] == ["4:g", "8:g", "6", "8:b", "8:b"]
+    assert chains[("c", "a_s", "b_s")] == ["4:g", "8:g", "6", "8:b", "8:b", "8"]
+    for tile in ("a_s", "b_s"):
+        buffer = program.buffer_of[tile]
+        assert buffer.location == "shared"
+        assert [str(d) for d in buffer.dims] == ["4:1", "8:1", "6:1", "8", "8"]  # one 8x8 tile stored
+    source = generate(program, "cuda")
+    kernel = source[source.index("__global__"):source.index("static void kernel(")]
+    steps = []
+    for line in kernel[kernel.index("for (long i2 = 0; i2 < 6;"):].splitlines():
+        line = line.strip()
+        if line.startswith("__shared__"):
+            steps.append("declare")
+        elif re.match(r"b_[ab]_s\[.*\] = b_[ab]\[", line):
+            steps.append("copy")
+        elif "+= b_a_s[" in line:
+            steps.append("product")
+        elif line == "__syncthreads();":
+            steps.append("barrier")
+    assert steps == ["declare", "declare", "copy", "copy", "barrier", "product", "barrier"]
+
+
+def test_a_staged_tile_on_the_heap_keeps_the_blocks_from_running_at_once() -> None:
+    text, moves = CASES["staged_matmul"]
+    program = load(text)
+    for move in moves[: moves.index("unreuse_dims(buffer=a_s, dim=0)")]:
+        program = apply(program, move)
+    assert "a_s f32 [4:1, 8:1, 6:1, 8, 8] heap" in to_text(program)
+    # every block would copy its tile into the one stored tile
+    assert why_not(program, "map_gpu(op=c#1, depth=0, kind=g)") is not None
 
 
 MISPLACED = {

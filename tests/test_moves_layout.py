@@ -11,9 +11,11 @@ import pytest
 from test_moves import same_outputs
 
 from dojo_ir import check, load, to_text
+from dojo_ir.affine import Affine
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import apply, find
 from dojo_ir.moves.examples import FUSED_PAIR
+from dojo_ir.moves.reuse_dims import injective
 from dojo_ir.tree import Program
 
 LAYOUT = ("reuse_dims", "unreuse_dims", "swap_dims", "pad_dim", "unpad_dim", "set_location")
@@ -113,3 +115,12 @@ def test_the_fused_softmax_keeps_one_row_as_in_figure_5() -> None:
         program = apply(program, f"reuse_dims(buffer={buffer}, dim=0)")
     declared = {b.name: str(b.dims[0]) for b in program.buffers}
     assert (declared["m"], declared["e"], declared["s"]) == ("3:1", "3:1", "3:1")
+
+
+def test_forms_together_tell_apart_iterations_that_one_alone_does_not() -> None:
+    i, j, k = (Affine.of({d: 1}) for d in range(3))
+    assert not injective([j], [2, 3])
+    assert injective([i, j], [2, 3])
+    # the steps that start at {2} leave `{0}+{1}*2` unchanged: only `{2}` tells them apart
+    assert injective([i + j.scale(2), k], [2, 3, 4])
+    assert not injective([i + j, k], [2, 3, 4])

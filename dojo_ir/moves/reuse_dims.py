@@ -10,13 +10,17 @@ same storage (the paper's Figure 6). The accesses do not change.
 
 Legal when t is a temporary (the layout of inputs and outputs is the kernel's
 interface), dimension k has an extent above 1 and is not folded yet, and each
-element of dimension k is produced and consumed within one iteration:
+element is produced and consumed within one iteration, which indexes
+dimension k by one value:
 - every access to every array of t indexes dimension k by one affine form g;
 - with d the deepest scope that g refers to, all these accesses lie inside
   one scope S at depth d (the root when g is a constant);
-- g is injective over the box of the scopes at depths 0 to d around S, so an
-  element of dimension k is touched in one iteration of S and of the scopes
-  around it only;
+- g, together with the forms of the other dimensions that every access
+  indexes alike by scopes at depths 0 to d only, is injective over the box of
+  those scopes around S, so an element is touched in one iteration of S and
+  of the scopes around it only (a staged `t[{0},{1},...]` whose dimension 0
+  tells the iterations of scope 0 apart needs only `{1}` to tell those of
+  scope 1);
 - each of those scopes runs its iterations one after another (sequential or
   `:u`), or gives each of them its own copy of t (a `stack` t under `:p :g :b
   :w`, a `shared` t under `:g`; see mapping.py): iterations that run at once
@@ -33,10 +37,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from ..affine import Affine, affine
-from ..analysis import Analysis
+from ..analysis import Analysis, Site
 from ..printer import expr_text
 from ..solve import Constraint, feasible
-from ..tree import Buffer, Dim, Program
+from ..tree import Access, Buffer, Dim, Program
 from .base import BUFFER, DIM, Move
 from .buffers import bad_dim, buffer_accesses, buffer_move, interface, named_buffer, temporaries, with_dim
 from .examples import FUSED_PAIR
@@ -52,28 +56,38 @@ SEQUENTIAL = ("", "u")  # scope kinds whose iterations run one after another
 # -- the condition shared with unreuse_dims ------------------------------------
 
 
-def injective(form: Affine, sizes: Sequence[int]) -> bool:
-    """Whether `form` takes a different value at every point of the box
-    `0 <= {d} < sizes[d]`: no nonzero step inside the box (`|step_d| < sizes[d]`)
-    leaves it unchanged. A step and its negation are the same question, so it
-    is enough to ask, for each scope, for steps whose first nonzero entry is
-    there and positive. Undecided counts as not injective."""
+def injective(forms: Sequence[Affine], sizes: Sequence[int]) -> bool:
+    """Whether `forms` together take a different tuple of values at every
+    point of the box `0 <= {d} < sizes[d]`: no nonzero step inside the box
+    (`|step_d| < sizes[d]`) leaves them all unchanged. A step and its negation
+    are the same question, so it is enough to ask, for each scope, for steps
+    whose first nonzero entry is there and positive. Undecided counts as not
+    injective."""
     moving = [d for d, size in enumerate(sizes) if size > 1]
-    if any(not form.coef(d) for d in moving):
+    if any(not any(f.coef(d) for f in forms) for d in moving):
         return False
     for first, depth in enumerate(moving):
         rest = moving[first:]
         bounds = [(1, sizes[depth] - 1)] + [(1 - sizes[d], sizes[d] - 1) for d in rest[1:]]
-        unchanged = Constraint(tuple((i, form.coef(d)) for i, d in enumerate(rest)), 0, True)
-        if feasible(bounds, [unchanged]) is not False:
+        steps = [tuple((i, f.coef(d)) for i, d in enumerate(rest) if f.coef(d)) for f in forms]
+        # a form that none of these scopes moves is unchanged by every step
+        unchanged = [Constraint(step, 0, True) for step in steps if step]
+        if feasible(bounds, unchanged) is not False:
             return False
     return True
 
 
+def _alike(found: Sequence[tuple[Site, Access]], k: int) -> Affine | None:
+    """The one form by which every access in `found` indexes dimension k, or None."""
+    forms = {affine(x.index[k]) for _, x in found}
+    return forms.pop() if len(forms) == 1 else None
+
+
 def one_iteration(a: Analysis, buffer: Buffer, k: int, *, one_at_a_time: bool) -> str | None:
-    """None when every element of dimension k of `buffer` is touched in one
-    iteration only of one scope and the scopes around it (conditions 1-3 of
-    the module docstring; with `one_at_a_time`, also condition 4), else why not."""
+    """None when every element of `buffer` is touched in one iteration only
+    of one scope and the scopes around it, each iteration with one index in
+    dimension k (conditions 1-3 of the module docstring; with
+    `one_at_a_time`, also condition 4), else why not."""
     found = buffer_accesses(a, buffer)
     if not found:
         return f"no operation accesses `{buffer.name}`"
@@ -89,9 +103,13 @@ def one_iteration(a: Analysis, buffer: Buffer, k: int, *, one_at_a_time: bool) -
         return (f"the accesses to `{buffer.name}` lie in different scopes at depth {depth}, so an element of "
                 f"dimension {k} is produced in one scope and used in another; join the scopes first")
     chain = found[0][0].chain[: depth + 1]
-    if not injective(g, [s.size for s in chain]):
+    # Another dimension indexed alike by these scopes only tells their iterations apart as well as g does.
+    pinning = [f for j in range(len(buffer.dims)) if j != k and (f := _alike(found, j)) is not None
+               and f.depths and max(f.depths) <= depth]
+    if not injective([g, *pinning], [s.size for s in chain]):
         return (f"index `{expr_text(forms[g], True)}` takes the same value in several iterations of the scopes "
-                f"around the accesses, so an element of dimension {k} lives across iterations")
+                "around the accesses, and the other dimensions do not tell them apart, so an element lives "
+                "across iterations")
     shared = [s for s in chain if s.size > 1 and s.kind not in SEQUENTIAL
               and buffer.location not in OWN_MEMORY.get(s.kind, ())]
     if one_at_a_time and shared:
@@ -217,6 +235,29 @@ t f32 [4:1] stack
 |   y[{0}] = t[{0}] + 1
 """,
     ),
+    (
+        # A tile that stage_reads made: dimension 0 tells the iterations of the
+        # outer scope apart, so `{1}` need only tell those of the inner one.
+        """kernel k(x) -> y
+
+x f32 [2, 3, 4] heap
+y f32 [2, 3, 4] heap
+t f32 [2:1, 3, 4] heap
+
+2 3 4 t[{0},{1},{2}] = exp(x[{0},{1},{2}])
+| | | y[{0},{1},{2}] = t[{0},{1},{2}] + 1
+""",
+        "reuse_dims(buffer=t, dim=1)",
+        """kernel k(x) -> y
+
+x f32 [2, 3, 4] heap
+y f32 [2, 3, 4] heap
+t f32 [2:1, 3:1, 4] heap
+
+2 3 4 t[{0},{1},{2}] = exp(x[{0},{1},{2}])
+| | | y[{0},{1},{2}] = t[{0},{1},{2}] + 1
+""",
+    ),
 ]
 
 NOT_APPLICABLE = [
@@ -271,5 +312,33 @@ y f32 [4] heap
 4 y[{0}] = exp(x[{0}])
 """,
         "reuse_dims(buffer=y, dim=0)",
+    ),
+    (
+        # Dimension 0 is indexed alike everywhere, but by a constant, which
+        # tells no iterations apart: both rows write and read t[0,j].
+        """kernel k(x) -> y
+
+x f32 [2, 3] heap
+y f32 [2, 3] heap
+t f32 [2, 3] heap
+
+2 3 t[0,{1}] = exp(x[{0},{1}])
+| | y[{0},{1}] = t[0,{1}] + 1
+""",
+        "reuse_dims(buffer=t, dim=1)",
+    ),
+    (
+        # Dimension 0 tells the blocks of the outer grid scope apart, but the
+        # blocks of the inner one would share t[i,0,...] on the heap.
+        """kernel k(x) -> y
+
+x f32 [2, 3, 4] heap
+y f32 [2, 3, 4] heap
+t f32 [2, 3, 4] heap
+
+2:g 3:g 4:b t[{0},{1},{2}] = exp(x[{0},{1},{2}])
+|   |   |   y[{0},{1},{2}] = t[{0},{1},{2}] + 1
+""",
+        "reuse_dims(buffer=t, dim=1)",
     ),
 ]

@@ -35,7 +35,10 @@ Legal when
   elements between them are copied too, and are in bounds, since A's bounds
   are a box;
 - every scope around S runs its iterations one after another (sequential or
-  `:u`): iterations running at once would share the one heap temporary;
+  `:u`): iterations running at once would share the one heap temporary. To
+  stage a tile per GPU block, stage first, store the `N:1` dimensions of the
+  scopes to map whole (`unreuse_dims`), map them, then move the temporary to
+  `shared` memory and fold them again (`set_location`, `reuse_dims`);
 - A is not `shared` (the copy would lie outside the `:b` scope its accesses
   need);
 - no write in an earlier iteration of a scope around S reaches an element the

@@ -12,7 +12,8 @@ Legal when t is a temporary, dimension k is folded, and each element of
 dimension k is produced and consumed within one iteration, exactly as
 `reuse_dims` asks: every access to t indexes dimension k by one affine form
 g, all of them lie inside one scope at the deepest depth d that g refers to,
-and g is injective over the box of the scopes at depths 0 to d. Each
+and g, with the other dimensions indexed alike by the scopes at depths 0 to d
+only, is injective over the box of those scopes. Each
 iteration then reads the values it wrote itself, whether the elements it
 touches share storage with other iterations' or not. (A read of an element
 that the iteration has not written is undefined by FORMAT.md, though through
@@ -99,6 +100,29 @@ e f32 [3, 5] heap
 
 3 5 e[{0},{1}] = exp(x[{0},{1}])
 | 5 y[{0},{1}] = e[{0},{1}] + 1
+""",
+    ),
+    (
+        # A tile that stage_reads made, stored once per outer iteration again:
+        # dimension 0 tells those apart, `{1}` the inner ones.
+        """kernel k(x) -> y
+
+x f32 [2, 3, 4] heap
+y f32 [2, 3, 4] heap
+t f32 [2:1, 3:1, 4] heap
+
+2 3 4 t[{0},{1},{2}] = exp(x[{0},{1},{2}])
+| | | y[{0},{1},{2}] = t[{0},{1},{2}] + 1
+""",
+        "unreuse_dims(buffer=t, dim=1)",
+        """kernel k(x) -> y
+
+x f32 [2, 3, 4] heap
+y f32 [2, 3, 4] heap
+t f32 [2:1, 3, 4] heap
+
+2 3 4 t[{0},{1},{2}] = exp(x[{0},{1},{2}])
+| | | y[{0},{1},{2}] = t[{0},{1},{2}] + 1
 """,
     ),
 ]
