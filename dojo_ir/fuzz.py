@@ -32,7 +32,7 @@ RTOL, ATOL = 1e-4, 1e-5
 
 def fuzz_shape(kernel: str) -> dict[str, int]:
     """The kernel's small test shape with every size rounded up to an even
-    number, so that scopes have divisors to split by."""
+    number, so that scopes split evenly as well as with a tail."""
     return {k: v + v % 2 for k, v in KERNELS[kernel].small_params.items()}
 
 

@@ -82,3 +82,23 @@ def test_tiles_and_tail_compute_what_the_scope_did(n: int, m: int, inner: bool, 
         np.testing.assert_array_equal(actual[name], expected[name], err_msg=f"{move}\n{to_text(split)}")
     tiled = "y#1" if inner and tail else op  # the tail writes `y` too
     assert apply(split, f"merge_scopes(op={tiled}, depth={depth})") == program
+
+
+def test_a_tail_may_not_share_what_each_thread_of_a_parallel_scope_holds_alone() -> None:
+    """Each thread of the `:p` scope has its own row `t` (as the code generator declares it inside
+    the loop): a split by a divisor keeps that, and so does any split inside the `:p` scope; a tail
+    outside it would copy the scope, and `t`, used by both copies, would be declared outside them."""
+    program = load("""kernel k(x) -> y
+
+x f32 [10, 4, 8] heap
+y f32 [10, 4, 8] heap
+t f32 [10:1, 4:1, 8] stack
+
+10 4:p 8 t[{0},{1},{2}] = x[{0},{1},{2}] * 2
+|  |   8 y[{0},{1},{2}] = t[{0},{1},{2}] + 1
+""")
+    assert "holds its own `t`" in why_not(program, "split_scope(op=t, depth=0, factor=3)")
+    assert why_not(program, "split_scope(op=t, depth=0, factor=5)") is None
+    assert why_not(program, "split_scope(op=t, depth=2, factor=3)") is None
+    shared = apply(program, "unmap_scope(op=t, depth=1)")  # sequential: nothing is private
+    assert why_not(shared, "split_scope(op=t, depth=0, factor=3)") is None

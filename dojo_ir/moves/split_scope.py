@@ -9,8 +9,12 @@ one. When f does not divide N, the last N mod f iterations (the tail) run in
 a second scope of the same place, right after the first: a copy of the body,
 without its comments, with `{d}` shifted to `{d}+(N/f)*f` (N/f rounded down)
 and deeper references unchanged, as the tail has no extra scope. The format
-has no conditionals, so a tail cannot be a partial last tile. Always legal:
-the iterations run in the same order.
+has no conditionals, so a tail cannot be a partial last tile. Legal on any
+sequential scope, as the iterations run in the same order, except that a
+tail may not copy a parallel or GPU scope (`:p :g :b :w`) whose iterations
+each hold a temporary of their own (see `mapping.py`): used by both copies,
+the temporary would no longer be private to either, and its iterations
+could race on it.
 
 The listing offers the divisors of N, every factor from 2 to 16 and the
 powers of two below N (so a scope of 1024 lists 20 splits, not 1022); any
@@ -27,10 +31,11 @@ from math import isqrt
 
 from ..affine import Affine
 from ..analysis import Analysis
-from ..paths import iter_paths, splice, uncommented, with_body
+from ..paths import TreePath, iter_paths, node_at, splice, uncommented, with_body
 from ..refs import ref, shifted, substitute
 from ..tree import Program, Scope
 from .base import DEPTH, OP, Move, Param, scope_of
+from .mapping import OWN_MEMORY, private_buffers
 
 NAME = "split_scope"
 TITLE = "Tile the scope"
@@ -65,13 +70,32 @@ def candidates(a: Analysis) -> Iterator[Move]:
 
 
 def why_not(a: Analysis, move: Move) -> str | None:
-    _, _, scope = scope_of(a, move)
+    _, path, scope = scope_of(a, move)
     factor = move.arg("factor")
     if scope.kind:
         return f"the scope is mapped (`{scope.token}`); only a sequential scope can be split"
     if not 1 < factor < scope.size:
         return f"the factor must lie strictly between 1 and the scope's size, {scope.size}"
-    return None
+    return _shared_by_a_tail(a, path) if scope.size % factor else None
+
+
+def _shared_by_a_tail(a: Analysis, path: TreePath) -> str | None:
+    """Why a tail may not copy the scope at `path`: a mapped scope inside it
+    whose iterations hold a temporary of their own, or None."""
+    key = ("split_scope: shared by a tail", path)
+    if key not in a.memo:
+        a.memo[key] = None
+        for inner, node in iter_paths(node_at(a.program.body, path).body, path):
+            if isinstance(node, Scope) and node.kind in OWN_MEMORY:
+                private = private_buffers(a, inner, OWN_MEMORY[node.kind])
+                if private:
+                    label, depth = a.locate(inner)
+                    a.memo[key] = (f"each iteration of the `{node.token}` scope at depth {depth} around `{label}` "
+                                   f"holds its own `{min(private)}`; the tail would copy that scope and use "
+                                   f"`{min(private)}` too, so it would no longer be private; split by a divisor "
+                                   f"of the size, or unmap that scope first")
+                    break
+    return a.memo[key]
 
 
 def rewrite(a: Analysis, move: Move) -> Program:
@@ -184,5 +208,19 @@ y f32 [8] heap
 8:u y[{0}] = x[{0}]
 """,
         "split_scope(op=y, depth=0, factor=3)",
+    ),
+    (
+        # Each thread of the `:p` scope has its own row `t`; a tail would
+        # copy the scope, and the threads of the two copies would share it.
+        """kernel k(x) -> y
+
+x f32 [10, 4, 8] heap
+y f32 [10, 4, 8] heap
+t f32 [10:1, 4:1, 8] stack
+
+10 4:p 8 t[{0},{1},{2}] = x[{0},{1},{2}] * 2
+|  |   8 y[{0},{1},{2}] = t[{0},{1},{2}] + 1
+""",
+        "split_scope(op=t, depth=0, factor=4)",
     ),
 ]
