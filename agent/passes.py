@@ -333,14 +333,8 @@ def _block(state: _State, label: str, target: Target) -> bool:
     site = state.analysis.by_label.get(label)
     if site is None or len(site.chain) < 2 or site.op.reduction is None:
         return False
-    lane = _contiguous_scope(site)
-    if lane is None or not _isolate(state, label):
-        return False
-    for depth in range(lane, len(site.chain) - 1):  # the contiguous scope innermost
-        if not _swap_alone(state, label, depth):
-            return False
-    split = _vectorize_innermost(state, label, target, block_tail=True)
-    if split is None:
+    split = _vectorized_tail(site) if site.chain[-1].kind == "v" else _vectorize_lanes(state, label, target)
+    if split is None or not _isolate(state, label):
         return False
     site = state.analysis.by_label[label]
     chain, op = site.chain, site.op
@@ -453,6 +447,29 @@ def _pack(state: _State, array: str, depth: int, rows: int, target: Target) -> N
                 and _vectorize_innermost(state, copy, target) is not None:
             return
     state.program, state.moves, state._analysis = before[0], before[1], None
+
+
+def _vectorize_lanes(state: _State, label: str, target: Target) -> bool | None:
+    """Move the scope along the target's last dimension innermost around `label` and vectorise it
+    (`_vectorize_innermost`, a tail of lanes blocked on its own); whether it split, or None."""
+    lane = _contiguous_scope(state.analysis.by_label[label])
+    if lane is None or not _isolate(state, label):
+        return None
+    for depth in range(lane, len(state.analysis.by_label[label].chain) - 1):
+        if not _swap_alone(state, label, depth):
+            return None
+    return _vectorize_innermost(state, label, target, block_tail=True)
+
+
+def _vectorized_tail(site: Site) -> bool | None:
+    """For a tail that a split of a blocked reduction left (its lanes already vectorised): whether
+    the scope around its lanes counts vectors of them, as a split by the lane count makes it; None
+    when the vectorised scope is not along the target's last dimension."""
+    lanes_at = len(site.chain) - 1
+    if _last_coef(site.op.target, lanes_at) != 1:
+        return None
+    return lanes_at > 0 and not site.chain[lanes_at - 1].kind \
+        and _last_coef(site.op.target, lanes_at - 1) == site.chain[lanes_at].size
 
 
 def _fuse_init(state: _State, root: int, target: Access, roles: list[str], chain: tuple[Scope, ...],
