@@ -42,7 +42,8 @@ from dojo_ir.tree import DTYPE_BYTES, Access, Op, Scope
 from . import methods
 
 STACK_BYTES = CAPACITY["stack"]
-TAIL_COST = 0.25  # a register tile's side that leaves a tail: its loop overhead and its tail's smaller tile
+STREAMED_LOAD_COST = 2  # a vector from the private cache against a broadcast from the first level
+TAIL_COST = 0.5  # a register tile's side that leaves a tail: its loop overhead and its tail's smaller tile
 BALANCED_ITERATIONS = 4  # iterations per core from which an uneven last share costs little
 _MAX_STEPS = 500  # a bound on any loop of moves; no library kernel comes near it
 
@@ -283,12 +284,14 @@ def _divisors(n: int, most: int) -> list[int]:
 def tile_shape(rows: int, vectors: int, registers: int, per_vector: int = 1, cores: int = 1) -> tuple[int, int]:
     """The register tile of a blocked reduction: R of `rows` by W of `vectors` accumulators, whose
     live values fit in `registers` (`_live_registers`: one more and the compiler spills an
-    accumulator in the inner loop), with the fewest loads per multiply-add ((R + W) / (R * W):
-    each step loads W vectors and R broadcasts for R * W updates), each side that does not
-    divide its extent counting TAIL_COST more (its tail is a loop nest of its own, with a
-    smaller tile); more accumulators first, then more vectors, on a tie. With `cores` above 1
-    the column blocks (`vectors / W`) are what the cores share, so a tile that shares them out
-    evenly comes first."""
+    accumulator in the inner loop), that loads least per multiply-add: each step loads W vectors
+    of the streamed operand and R broadcasts for R * W updates, and a vector, from the packed
+    panel in the private cache, costs STREAMED_LOAD_COST broadcasts, which come from rows in the
+    first-level cache (so (STREAMED_LOAD_COST / R + 1 / W): a tile 4 rows deep waits on the
+    panel, one 6 rows deep does not). Each side that does not divide its extent counts TAIL_COST
+    more (its tail is a loop nest of its own, with a smaller tile); more accumulators first,
+    then more rows, on a tie. With `cores` above 1 the column blocks (`vectors / W`) are what
+    the cores share, so a tile that shares them out evenly comes first."""
     shapes = [(r, w) for r in range(1, min(rows, registers) + 1) for w in range(1, min(vectors, registers) + 1)
               if _live_registers(r, w, per_vector) <= registers]
 
@@ -296,7 +299,7 @@ def tile_shape(rows: int, vectors: int, registers: int, per_vector: int = 1, cor
         r, w = rw
         tails = (rows % r > 0) + (vectors % w > 0)
         return (cores > 1 and not _balanced(vectors // w, cores),  # the tail's block is a loop nest of its own
-                (r + w) / (r * w) * (1 + TAIL_COST * tails), -r * w, -w)
+                (STREAMED_LOAD_COST / r + 1 / w) * (1 + TAIL_COST * tails), -r * w, -r)
 
     return min(shapes, key=cost)
 

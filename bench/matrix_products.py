@@ -59,11 +59,11 @@ def shape_of(kernel: str, shape: dict[str, int] | None) -> dict[str, int]:
 
 
 def perfdojo(spec, target: str) -> dict:
-    program = advance(spec, heuristic(spec, target))
-    result = measure(LocalRunner(), program, target=target, repeats=3, warmup=1, spec=spec)
+    moves = heuristic(spec, target)
+    result = measure(LocalRunner(), advance(spec, moves), target=target, repeats=3, warmup=1, spec=spec)
     if result.error is not None or result.verified is False:
         return {"failure": (result.error or f"wrong numbers: {result.max_error}").splitlines()[0][:120]}
-    return {"median_s": result.median_s, "moves": len(program.derivation.moves) if program.derivation else 0}
+    return {"median_s": result.median_s, "moves": len(moves)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,11 +146,17 @@ def report(rows: list[dict], targets: list[str], peers: list[str], peak: dict[st
             share = row["flops"] / dojo["median_s"] / peak[target]
             cells += [format_time(dojo["median_s"]), f"{share:.0%}", f"{best / dojo['median_s']:.2f}" if best else "-"]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Geometric mean of best peer / PerfDojo: " + "; ".join(
-        f"{t} {statistics.geometric_mean([min(v for v in r['peers'].values() if v) / r['dojo'][t]['median_s'] for r in rows if 'median_s' in r['dojo'][t] and any(r['peers'].values())]):.2f}"
-        for t in targets if any("median_s" in r["dojo"][t] for r in rows)) + ".", ""]
+    means = {t: _geomean_speedup(rows, t) for t in targets}
+    lines += ["", "Geometric mean of best peer / PerfDojo: "
+              + "; ".join(f"{t} {m:.2f}" for t, m in means.items() if m is not None) + ".", ""]
     lines.append(f"Load average after: {', '.join(f'{v:.2f}' for v in os.getloadavg())}.")
     return "\n".join(lines) + "\n"
+
+
+def _geomean_speedup(rows: list[dict], target: str) -> float | None:
+    ratios = [min(t for t in r["peers"].values() if t) / r["dojo"][target]["median_s"] for r in rows
+              if "median_s" in r["dojo"][target] and any(r["peers"].values())]
+    return statistics.geometric_mean(ratios) if ratios else None
 
 
 if __name__ == "__main__":

@@ -93,8 +93,8 @@ def test_heuristic_makes_matmul_contiguous_and_one_core_runs_no_threads() -> Non
 
 @pytest.mark.parametrize(("rows", "vectors", "registers", "shape"), [
     (768, 64, 32, (6, 4)),  # matmul on AVX-512: 24 accumulators, 10 loads per 24 multiply-adds
-    (256, 16, 32, (4, 4)),  # 6 x 4 would leave a tail of 4 rows, 4 x 6 one of 4 vectors
-    (64, 7, 32, (4, 6)),  # 4 x 7 accumulators leave no register for the 7 vectors: 6 and a tail of 1
+    (256, 16, 32, (8, 2)),  # 6 x 4 would leave a tail of 4 rows; 4 x 4 reads the panel twice as often
+    (64, 7, 32, (8, 3)),  # 8 x 7 accumulators leave no register for the 7 vectors: 3, 3 and a tail of 1
     (500, 44, 32, (5, 4)),  # 500 x 704 on AVX-512: 5 rows divide 500
     (768, 128, 16, (6, 2)),  # AVX2's 16 registers: 12 accumulators, 2 vectors and a broadcast
     (1, 1, 32, (1, 1)),
@@ -104,10 +104,10 @@ def test_register_tile_shape_loads_least_per_multiply_add(rows, vectors, registe
 
 
 def test_a_register_tile_shares_its_column_blocks_evenly_over_the_cores() -> None:
-    """swiglu's 448 columns are 28 vectors: 4-vector tiles leave 7 column blocks, one core idle
-    for a seventh of the work on 2 cores; 6-vector tiles give 4 (and a tail of 4 vectors)."""
-    assert tile_shape(256, 28, 32) == (4, 4)
-    assert tile_shape(256, 28, 32, cores=2) == (4, 6)
+    """448 columns are 28 vectors: 4-vector tiles leave 7 column blocks, one core idle for a
+    seventh of the work on 2 cores; 2-vector tiles (12 rows deep) give 14."""
+    assert tile_shape(768, 28, 32) == (6, 4)
+    assert tile_shape(768, 28, 32, cores=2) == (12, 2)
     assert tile_shape(768, 64, 32, cores=2) == (6, 4)  # 16 column blocks already share out evenly
 
 
@@ -179,8 +179,8 @@ def test_heuristic_sets_a_blocked_targets_tiles_inside_the_reductions_nest() -> 
     moves = heuristic(spec, replace(CPU, vector_bytes=64, vector_registers=32, cores=2))
     text = to_text(advance(spec, moves)).split("\n\n")[-1]
     init, load_ = text.splitlines()[:2]
-    assert init.startswith("2:p 2 4:u 4:u 16:v c[") and init.endswith("= 0")  # batch, row blocks, tile
-    assert load_.strip("| ").startswith("4:u 4:u 16:v c_acc[")
+    assert init.startswith("2:p 2 8:u 2:u 16:v c[") and init.endswith("= 0")  # batch, column blocks, tile
+    assert load_.strip("| ").startswith("8:u 2:u 16:v c_acc[")
     assert any(m.startswith("join_scopes(op=c#1") for m in moves)
     _check(spec, moves)
 
