@@ -27,10 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from library import run_peer  # noqa: E402
-from sections import machine  # noqa: E402
-
 from agent.passes import heuristic  # noqa: E402
+from bench.library import run_peer  # noqa: E402
+from bench.sections import machine  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
 from dojo_ir import random_inputs  # noqa: E402
 from dojo_ir.derivation import advance  # noqa: E402
