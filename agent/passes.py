@@ -6,17 +6,19 @@ The three strategies of the paper's section 4.1:
   storage until nothing is left (`join_scopes`, `reuse_dims`), then keep the folded temporaries
   on the stack (`set_location`), where each thread has its own copy.
 - `greedy`: naive, then every hardware move wherever it is legal: parallelise the outermost
-  scopes, and vectorise every innermost single-operation scope (tiled by the lane count when
-  that divides it, else whole, in pieces).
+  scopes, and vectorise every innermost single-operation scope (tiled by the lane count, with
+  a tail of the rest; whole, in pieces, when narrower than two vectors).
 - `heuristic`: for CPUs with vector units, driven by the target's facts (its vector width in
   bytes over the dtype's size is the lane count, its vector registers the size of a register
-  tile; its cores say whether threads pay). It interchanges loop nests so that the innermost
-  scope walks memory contiguously (matmul becomes i, k, j); blocks each reduction that has rows
-  to reuse its vectors across for the registers and the cache (a tile of vector accumulators as
-  large as the registers allow, which also hides the latency of the dependent updates as
-  section 4.1's tiling does, inside blocks of the reduction); fuses and reuses, accumulates the
-  other reductions in registers (`accumulate`), vectorises the innermost scopes, and
-  parallelises the outermost parallel scope.
+  tile, its caches the blocks of a reduction; its cores say whether threads pay). It
+  interchanges loop nests so that the innermost scope walks memory contiguously (matmul becomes
+  i, k, j); blocks each reduction that has rows to reuse its vectors across, Goto's way: a tile
+  of vector accumulators that fits the registers (which also hides the latency of the
+  dependent updates as section 4.1's tiling does), tails where the tile does not divide,
+  blocks of the reduction whose panel of the streamed operand fits the private cache, and that
+  panel packed; fuses and reuses, accumulates the other reductions in registers
+  (`accumulate`), vectorises the innermost scopes, and parallelises the outermost parallel
+  scope.
 
 Each pass returns move strings, which `dojo_ir.derivation.advance` or a recorded derivation
 replays. A pass only ever plays moves that are legal where it plays them and skips a step that
@@ -79,13 +81,21 @@ class _State:
 
     def play_all(self, moves: list[str]) -> bool:
         """Apply every move of `moves` or none of them."""
-        program, played, analysis = self.program, len(self.moves), self._analysis
+        mark = self.mark()
         for move in moves:
             if not self.play(move):
-                self.program, self._analysis = program, analysis
-                del self.moves[played:]
+                self.undo(mark)
                 return False
         return True
+
+    def mark(self) -> tuple[Program, int, Analysis | None]:
+        """Where the game stands, for `undo`."""
+        return self.program, len(self.moves), self._analysis
+
+    def undo(self, mark: tuple[Program, int, Analysis | None]) -> None:
+        """Take back every move played since `mark`."""
+        self.program, played, self._analysis = mark
+        del self.moves[played:]
 
     def find(self, where: Callable[[Move], bool]) -> list[Move]:
         return find(self.program, self.analysis, where)
@@ -313,10 +323,11 @@ def _register_block(state: _State, target: Target) -> None:
 
     an R x W tile of vector accumulators (`tile_shape`, sized to the target's vector registers)
     updated by every step of the reduction, kept in registers by `accumulate` (or its partial
-    form, when blocks of K outside the rows write the target first), and a reduction longer
-    than `REDUCTION_BLOCK` cut into blocks so that a block of the streamed operand stays in
-    cache while every row uses it. Section 4.1's latency-hiding tiling is the case R = W = 4:
-    R x W independent accumulators keep the multiply-add pipeline full. A side of the tile, or
+    form, when blocks of K outside the rows write the target first), a reduction cut into
+    blocks (`reduction_block`) so that a block's panel of the streamed operand stays in cache
+    while every row block uses it, and that panel packed (`_pack`). Section 4.1's
+    latency-hiding tiling is the case R = W = 4: R x W independent accumulators keep the
+    multiply-add pipeline full. A side of the tile, or
     of the vectors, that does not divide its scope leaves a tail (`split_scope`), blocked in
     turn with a tile that fits it. All or nothing per operation. The last operation first: a
     tail comes after its operation and renames the ones after it, which are then done."""
@@ -327,9 +338,9 @@ def _register_block(state: _State, target: Target) -> None:
 
 
 def _block_or_undo(state: _State, label: str, target: Target) -> None:
-    before = (state.program, list(state.moves))
+    mark = state.mark()
     if not _block(state, label, target):
-        state.program, state.moves, state._analysis = before[0], before[1], None
+        state.undo(mark)
 
 
 def _block(state: _State, label: str, target: Target) -> bool:
@@ -401,9 +412,9 @@ def _block(state: _State, label: str, target: Target) -> bool:
             or state.play(f"accumulate_partial(op={label}, depth={reduce_at})")):
         return False
     if "Ko" not in roles:  # blocks of K outside the rows: the target's first values must come first
-        before = (state.program, list(state.moves))
+        mark = state.mark()
         if not _fuse_init(state, root, target_before, roles, chain, target):
-            state.program, state.moves, state._analysis = before[0], before[1], None
+            state.undo(mark)
     rows_at = roles.index("Io") if "Io" in roles else 0
     if rows_at > 0 and chain[rows_at].size > 1:  # a panel reused by row blocks, and only part of the operand
         for array in dict.fromkeys(r.array for r in lanes_read):
@@ -440,7 +451,7 @@ def _pack(state: _State, array: str, depth: int, rows: int, target: Target) -> N
                  and s.chain[depth].size == rows and any(r.array == array for r in s.op.reads)), None)
     if site is None:
         return
-    before = (state.program, list(state.moves))
+    mark = state.mark()
     names = {b.name for b in state.program.buffers}
     if state.play(f"stage_reads(op={site.label}, depth={depth}, buffer={array})"):
         packed = next(b for b in state.program.buffers if b.name not in names)
@@ -449,7 +460,7 @@ def _pack(state: _State, array: str, depth: int, rows: int, target: Target) -> N
         if narrower and state.play(f"set_location(buffer={packed.name}, location=stack)") \
                 and _vectorize_innermost(state, copy, target) is not None:
             return
-    state.program, state.moves, state._analysis = before[0], before[1], None
+    state.undo(mark)
 
 
 def _vectorize_lanes(state: _State, label: str, target: Target) -> bool | None:
