@@ -96,3 +96,54 @@ def test_the_node_under_the_cursor(cursor, path):
 def test_no_node_off_the_body():
     snapshot, line, character = at_cursor(NEST.replace("x f32", "x f$032"))
     assert snapshot.node_at(line, character) is None
+
+
+def test_split_with_a_tail():
+    check_assist("split_scope(op=y, depth=0, factor=4)", """\
+kernel tail(x) -> y
+
+x f32 [10] heap
+y f32 [10] heap
+
+$010 y[{0}] = x[{0}] * 2
+""", """\
+kernel tail(x) -> y
+
+x f32 [10] heap
+y f32 [10] heap
+
+2 4 y[{0}*4+{1}] = x[{0}*4+{1}] * 2
+2 y[{0}+8] = x[{0}+8] * 2
+""")
+
+
+MATMUL = """\
+kernel mm(a, b) -> c
+
+a f32 [4, 8] heap
+b f32 [8, 16] heap
+c f32 [4, 16] heap
+
+4 16 c[{0},{1}] = 0
+$04 8 16 c[{0},{2}] += a[{0},{1}] * b[{1},{2}]
+"""
+
+
+def test_stage_a_row_of_b_before_the_scope_that_reads_it():
+    check_assist("stage_reads(op=c#2, depth=2, buffer=b)", MATMUL, """\
+kernel mm(a, b) -> c
+
+a f32 [4, 8] heap
+b f32 [8, 16] heap
+c f32 [4, 16] heap
+b_s f32 [4:1, 8:1, 16] heap
+
+4 16 c[{0},{1}] = 0
+4 8 16 b_s[{0},{1},{2}] = b[{1},{2}]
+| | 16 c[{0},{2}] += a[{0},{1}] * b_s[{0},{1},{2}]
+""")
+
+
+def test_staging_b_is_not_offered_where_the_box_would_not_move():
+    # around the k scope is i, which b's reads do not use: the copy would be the same each time
+    check_assist_not_applicable("stage_reads(op=c#2, depth=1, buffer=b)", MATMUL)
