@@ -75,6 +75,7 @@ bench: install $(BENCH_STAMP)
 	$(BIN)/python bench/tune_library.py --runs heuristic sa:heuristic --budget 64 \
 	    --report bench/results/convergence_paper.md
 	$(BIN)/python bench/library.py --tuned bench/results/tuned --tvm-trials 64
+	$(BIN)/python bench/matrix_products.py
 	$(BIN)/python bench/tune_library.py --quick --runs sa:heuristic --budget 1000 \
 	    --out bench/results/convergence_runs
 	$(BIN)/python bench/tune_library.py --quick --kernels softmax matmul layernorm1 conv1 \

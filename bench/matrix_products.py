@@ -126,7 +126,10 @@ def report(rows: list[dict], targets: list[str], peers: list[str], peak: dict[st
         "PerfDojo: `agent.passes.heuristic` for the target, no search, timed by the runner (median over at "
         "least 1 s, verified against the spec). Peers as in bench/library.py (median over at least 0.5 s, "
         "outputs checked). `of peak`: the spec's flops over the time, as a share of the target's FMA peak. "
-        "`best peer / PerfDojo`: above 1, PerfDojo is faster.",
+        "`best peer / PerfDojo`: above 1, PerfDojo is faster. The FMA bound of a case is its flops at the "
+        "peak, so time / bound is 1 / (of peak). A peer may do fewer flops than the spec (oneDNN's Winograd "
+        "convolution, which PyTorch can choose for conv2's 3 x 3 filters), so a convolution's share of peak "
+        "is the direct convolution's measure and the peers' times are a separate comparison.",
         "",
         "| case | shape | " + " | ".join(peers) + " | "
         + " | ".join(f"PerfDojo {t} | of peak | best peer / PerfDojo" for t in targets) + " |",
@@ -145,6 +148,10 @@ def report(rows: list[dict], targets: list[str], peers: list[str], peak: dict[st
             share = row["flops"] / dojo["median_s"] / peak[target]
             cells += [format_time(dojo["median_s"]), f"{share:.0%}", f"{best / dojo['median_s']:.2f}" if best else "-"]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Against numpy, the BLAS most users have: "
+              + "; ".join(f"{r['case']} {t} {r['dojo'][t]['median_s'] / r['peers']['numpy']:.2f}x numpy's time"
+                          for r in rows for t in targets
+                          if "median_s" in r["dojo"][t] and r["peers"].get("numpy")) + "."]
     means = {t: _geomean_speedup(rows, t) for t in targets}
     lines += ["", "Geometric mean of best peer / PerfDojo: "
               + "; ".join(f"{t} {m:.2f}" for t, m in means.items() if m is not None) + ".", ""]
