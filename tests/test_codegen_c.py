@@ -733,3 +733,27 @@ def test_vectors_of_54_lanes_compute_in_pieces_what_the_interpreter_does(cache: 
     assert "b_y[i0*54 + 53] = " in kernel and "dojo_hmax_f32x16(" in kernel
     for seed in range(3):
         assert_matches(program, cache, random_inputs(program, seed))
+
+
+def _sysfs_caches(root: Path, levels: list[tuple[int, str, str, str]]) -> Path:
+    for index, (level, kind, size, shared) in enumerate(levels):
+        folder = root / f"index{index}"
+        folder.mkdir(parents=True)
+        for name, text in (("level", str(level)), ("type", kind), ("size", size), ("shared_cpu_list", shared)):
+            (folder / name).write_text(text + "\n")
+    return root
+
+
+def test_a_targets_caches_are_the_hosts_as_sysfs_shows_them(tmp_path: Path, monkeypatch) -> None:
+    """A Zen 4 core: 32 KiB of L1 data (the 32 KiB of instructions do not count), 1 MiB of L2 of
+    its own, 32 MiB of L3 shared by both cores; a machine whose sysfs shows no caches gets the
+    typical sizes."""
+    from codegen import targets
+
+    zen4 = _sysfs_caches(tmp_path / "zen4", [(1, "Data", "32K", "0"), (1, "Instruction", "32K", "0"),
+                                             (2, "Unified", "1024K", "0"), (3, "Unified", "32768K", "0-1")])
+    monkeypatch.setattr(targets, "_CACHE", zen4)
+    assert targets.host_caches.__wrapped__() == targets.Caches(32 << 10, 1 << 20, 32 << 20, 1 << 20)
+    monkeypatch.setattr(targets, "_CACHE", tmp_path / "none")
+    assert targets.host_caches.__wrapped__() == targets.Caches()
+    assert get_target("arm-neon").caches == targets.Caches()  # emulated: not this machine's
