@@ -33,7 +33,7 @@ def main() -> int:
         f"library kernels (seed {SEED}), each step checked: the result prints, parses back to the same tree, "
         "passes the checker and gives the spec's outputs in the reference interpreter.",
         "",
-        f"- moves played: {report.moves}",
+        f"- moves played: {report.moves}, of which {report.tails} split a scope with a tail",
         f"- changes of meaning: {len(report.failures)}",
         f"- time: {seconds:.0f} s",
         "",

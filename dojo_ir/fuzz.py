@@ -22,6 +22,7 @@ from .errors import DojoError
 from .interpreter import interpret, random_inputs
 from .library import KERNELS
 from .moves import apply, find, of_a_random_kind
+from .moves.base import scope_of
 from .parser import parse
 from .printer import to_text
 from .tree import Program
@@ -50,6 +51,7 @@ class Report:
     moves: int = 0
     failures: list[Failure] = field(default_factory=list)
     played: list[str] = field(default_factory=list)  # every move played, in order
+    tails: int = 0  # splits that left a tail (a factor that does not divide the scope)
 
 
 def _problem(spec: Program, expected: dict[str, np.ndarray], inputs, program: Program) -> str | None:
@@ -71,13 +73,14 @@ def _problem(spec: Program, expected: dict[str, np.ndarray], inputs, program: Pr
     return None
 
 
-def walk(kernel: str, steps: int, rng: random.Random) -> tuple[list[str], Failure | None]:
-    """One random walk; returns the moves played and a failure, if any."""
+def walk(kernel: str, steps: int, rng: random.Random) -> tuple[list[str], int, Failure | None]:
+    """One random walk; returns the moves played, how many of them split with a tail, and a
+    failure, if any."""
     shape = fuzz_shape(kernel)
     spec = parse(KERNELS[kernel].text(**shape))
     inputs = random_inputs(spec, rng.randrange(1 << 30))
     expected = interpret(spec, inputs)
-    program, played = spec, []
+    program, played, tails = spec, [], 0
     for _ in range(steps):
         analysis = Analysis(program)
         legal = find(program, analysis)
@@ -85,6 +88,8 @@ def walk(kernel: str, steps: int, rng: random.Random) -> tuple[list[str], Failur
             break
         move = legal[of_a_random_kind(rng, [m.name for m in legal])]
         played.append(str(move))
+        if move.name == "split_scope" and scope_of(analysis, move)[2].size % move.arg("factor"):
+            tails += 1
         try:
             program = apply(program, move, analysis)
         except DojoError as error:
@@ -96,8 +101,8 @@ def walk(kernel: str, steps: int, rng: random.Random) -> tuple[list[str], Failur
                 problem = f"checking the result crashed: {type(error).__name__}: {error}"
         if problem is not None:
             shape_text = " ".join(f"{k}={v}" for k, v in shape.items())
-            return played, Failure(kernel, shape_text, tuple(played), problem)
-    return played, None
+            return played, tails, Failure(kernel, shape_text, tuple(played), problem)
+    return played, tails, None
 
 
 def fuzz(kernels: list[str], walks: int, steps: int, seed: int,
@@ -106,8 +111,9 @@ def fuzz(kernels: list[str], walks: int, steps: int, seed: int,
     rng = random.Random(seed)
     report = Report()
     for i in range(walks):
-        played, failure = walk(kernels[i % len(kernels)], steps, rng)
+        played, tails, failure = walk(kernels[i % len(kernels)], steps, rng)
         report.walks += 1
+        report.tails += tails
         report.moves += len(played)
         report.played += played
         if failure is not None:
