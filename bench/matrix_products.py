@@ -33,6 +33,8 @@ from bench.sections import machine  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
 from dojo_ir import random_inputs  # noqa: E402
 from dojo_ir.derivation import advance  # noqa: E402
+from dojo_ir.library import KERNELS  # noqa: E402
+from dojo_ir.tree import Program  # noqa: E402
 from libgen.peers import reference, spec_of  # noqa: E402
 from runner.local import LocalRunner  # noqa: E402
 from runner.measure import measure  # noqa: E402
@@ -53,11 +55,10 @@ CASES = {
 
 
 def shape_of(kernel: str, shape: dict[str, int] | None) -> dict[str, int]:
-    from dojo_ir.library import KERNELS
     return dict(KERNELS[kernel].params) | (shape or {})
 
 
-def perfdojo(spec, target: str) -> dict:
+def perfdojo(spec: Program, target: str) -> dict:
     moves = heuristic(spec, target)
     result = measure(LocalRunner(), advance(spec, moves), target=target, repeats=3, warmup=1, spec=spec)
     if result.error is not None or result.verified is False:
