@@ -37,11 +37,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from codegen.targets import host_caches  # noqa: E402
 from dojo_ir import DojoError, load, random_inputs  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
 from libgen.peers import PEERS, Outcome, evaluate, machine_lock, reference, spec_of  # noqa: E402
 from runner.result import format_time  # noqa: E402
-from runner.roofline import bound_s, last_level_cache_bytes, machine_limits, work  # noqa: E402
+from runner.roofline import bound_s, machine_limits, work  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 SEED = 0
@@ -519,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         if change and change != "quick":
             changes.append(f"{kernel} {change}")
         spec = spec_of(kernel, shape)
-        extra, reason = reread_bytes(kernel, shape, last_level_cache_bytes())
+        extra, reason = reread_bytes(kernel, shape, host_caches().l3)
         spec_work = work(spec)
         bound = bound_s(replace(spec_work, bytes=spec_work.bytes + extra), machine)
         if reason:

@@ -50,7 +50,7 @@ from dojo_ir.tree import DTYPE_BYTES, Access, Binary, Call, Expr, Name, Num, Ref
 
 from .files import exclusive, write_atomically
 
-__all__ = ["Machine", "MachineError", "Work", "bound_s", "last_level_cache_bytes", "machine_cache_path",
+__all__ = ["Machine", "MachineError", "Work", "bound_s", "machine_cache_path",
            "machine_limits", "machine_record", "work"]
 
 # Bump when the measurement changes, so that caches of the old one are not trusted.
@@ -323,15 +323,10 @@ def _cores() -> int:
     return os.cpu_count() or 1
 
 
-def last_level_cache_bytes() -> int:
-    """The last-level cache of this machine (`codegen.targets.host_caches`)."""
-    return host_caches().l3
-
-
 def _array_floats() -> int:
     """Floats per array: each at least the last-level cache (so the three are
     three times it) and 64 MiB, but at most 256 MiB and a 48th of memory."""
-    wanted = min(max(_MIN_ARRAY_BYTES, last_level_cache_bytes()), _MAX_ARRAY_BYTES)
+    wanted = min(max(_MIN_ARRAY_BYTES, host_caches().l3), _MAX_ARRAY_BYTES)
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         wanted = min(wanted, max(_MIN_ARRAY_BYTES, memory // 16 // 3))

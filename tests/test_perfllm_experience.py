@@ -110,6 +110,7 @@ def test_an_agent_pretrained_on_logs_alone_prefers_the_move_that_paid_in_them(tm
                    on_pretrain=lines.append)
     assert result.episodes == 0 and (tmp_path / "agent" / "policy.pt").is_file()
     assert lines[0].startswith("read ") and lines[-1].startswith("offline update 400/400")
+    assert embedder.calls_on_every_core > 0 and not embedder.on_every_core  # the logs read on every core
     learner, _ = load_policy(tmp_path / "agent", embedder)
     seen = observe(SPEC, embedder)
     q = learner.q_values(seen.state_vector, seen.action_vectors())

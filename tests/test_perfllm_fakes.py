@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ from runner.result import RunResult
 class FakeEmbedder:
     def __init__(self, dim: int = 16, name: str = "fake"):
         self._dim, self.name, self.calls = dim, name, 0
+        self.on_every_core, self.calls_on_every_core = False, 0
 
     @property
     def dim(self) -> int:
@@ -38,8 +40,17 @@ class FakeEmbedder:
     def identity(self) -> dict:
         return {"name": self.name, "dim": self._dim, "max_tokens": 0, "fingerprint": self.name, "model_dir": None}
 
+    @contextlib.contextmanager
+    def every_core(self):
+        self.on_every_core = True
+        try:
+            yield
+        finally:
+            self.on_every_core = False
+
     def embed_many(self, items) -> torch.Tensor:
         self.calls += 1
+        self.calls_on_every_core += self.on_every_core
         rows = []
         for item in items:
             seed = int(hashlib.sha256(canonical_text(item).encode()).hexdigest()[:12], 16)

@@ -58,6 +58,8 @@ class Embedding(Protocol):
 
     def embed_many(self, items: Sequence[Program | str]) -> torch.Tensor: ...
 
+    def every_core(self) -> contextlib.AbstractContextManager[None]: ...
+
 
 def canonical_text(item: Program | str) -> str:
     """What the embedding reads: a program's canonical text without comments or derivation; a

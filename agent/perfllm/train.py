@@ -44,7 +44,6 @@ the model reads differ.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import random
 import time
@@ -61,7 +60,7 @@ from runner.measure import Runner
 from ..evaluate import Evaluator, text_hash
 from .checkpoint import CHECKPOINT, FORMAT, POLICY, check_embedding, load, policy_state, save_atomically
 from .curve import plot, write_jsonl
-from .embed import Embedder, Embedding, shared
+from .embed import Embedding, shared
 from .experience import read_games, transitions
 from .game import Cost, Costs
 from .learner import Learner, LearnerConfig
@@ -211,7 +210,7 @@ def _pretrain(run: _Run, logs: Sequence[Path], updates: int, embedder: Embedding
     games, skipped = read_games(logs, target)
     for reason in skipped:
         say(f"skipped {reason}")
-    with embedder.every_core() if isinstance(embedder, Embedder) else contextlib.nullcontext():
+    with embedder.every_core():  # nothing compiles or times while the logs are read
         for game in games:
             before = len(run.buffer)
             for transition, vectors in transitions(game, embedder, target):

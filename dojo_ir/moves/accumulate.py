@@ -65,7 +65,7 @@ from ..refs import ref, substitute_expr
 from ..tree import FLOAT_DTYPES, Access, Buffer, Dim, Node, Num, Op, Program, Ref, Scope, Unary, walk_expr
 from .base import DEPTH, OP, Move, scope_of
 from .buffers import declared, fresh_name
-from .examples import FUSED_SOFTMAX
+from .examples import FUSED_SOFTMAX, MATMUL_IN_K_BLOCKS
 
 NAME = "accumulate"
 TITLE = "Accumulate in a register"
@@ -402,15 +402,7 @@ t f32 [8] heap
     (
         # A k block after the first loads what the one before stored: a
         # dependent iteration (accumulate_partial adds to it instead).
-        """kernel mm(a, b) -> c
-
-a f32 [4, 8] heap
-b f32 [8, 16] heap
-c f32 [4, 16] heap
-
-4 16 c[{0},{1}] = 0
-2 4 4 16 c[{1},{3}] += a[{1},{0}*4+{2}] * b[{0}*4+{2},{3}]
-""",
+        MATMUL_IN_K_BLOCKS,
         "accumulate(op=c#2, depth=2)",
     ),
     (

@@ -33,6 +33,7 @@ from ..analysis import Analysis
 from ..tree import Program
 from .accumulate import check, reduction_scopes, transform
 from .base import DEPTH, OP, Move
+from .examples import MATMUL_IN_K_BLOCKS
 
 NAME = "accumulate_partial"
 TITLE = "Accumulate a partial result in a register"
@@ -51,21 +52,11 @@ def rewrite(a: Analysis, move: Move) -> Program:
     return transform(a, move, partial=True)
 
 
-_MATMUL_IN_K_BLOCKS = """kernel mm(a, b) -> c
-
-a f32 [4, 8] heap
-b f32 [8, 16] heap
-c f32 [4, 16] heap
-
-4 16 c[{0},{1}] = 0
-2 4 4 16 c[{1},{3}] += a[{1},{0}*4+{2}] * b[{0}*4+{2},{3}]
-"""
-
 EXAMPLES = [
     (
         # A block of the k scope, for a row and a tile of columns: the first
         # block of k wrote `c`, so only the partial form may keep it aside.
-        _MATMUL_IN_K_BLOCKS,
+        MATMUL_IN_K_BLOCKS,
         "accumulate_partial(op=c#2, depth=2)",
         """kernel mm(a, b) -> c
 

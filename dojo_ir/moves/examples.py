@@ -28,3 +28,27 @@ t f32 [4] heap
 4 t[{0}] = exp(x[{0}])
 | y[{0}] = t[{0}] + 1
 """
+
+# matmul with its k scope in blocks of 4 (split_scope), each row and tile of columns inside a block.
+MATMUL_IN_K_BLOCKS = """kernel mm(a, b) -> c
+
+a f32 [4, 8] heap
+b f32 [8, 16] heap
+c f32 [4, 16] heap
+
+4 16 c[{0},{1}] = 0
+2 4 4 16 c[{1},{3}] += a[{1},{0}*4+{2}] * b[{0}*4+{2},{3}]
+"""
+
+# The same with each block's tile of `b` packed first (stage_reads).
+MATMUL_B_PACKED = """kernel mm(a, b) -> c
+
+a f32 [4, 8] heap
+b f32 [8, 16] heap
+c f32 [4, 16] heap
+b_s f32 [2:1, 4, 16] heap
+
+4 16 c[{0},{1}] = 0
+2 4 16 b_s[{0},{1},{2}] = b[{0}*4+{1},{2}]
+| 4 4 16 c[{1},{3}] += a[{1},{0}*4+{2}] * b_s[{0},{2},{3}]
+"""

@@ -67,6 +67,7 @@ from ..tree import Access, Buffer, Dim, Expr, Node, Op, Program, Ref, Scope
 from .accumulate import copy_nest
 from .base import BUFFER, DEPTH, OP, Move, scope_of
 from .buffers import declared, fresh_name, with_reads
+from .examples import MATMUL_B_PACKED, MATMUL_IN_K_BLOCKS
 from .reuse_dims import SEQUENTIAL
 
 NAME = "stage_reads"
@@ -248,27 +249,9 @@ EXAMPLES = [
     (
         # Packing a tile of matmul's `b` once per block of `k`: each row of
         # `a` then reads the same 4 x 16 tile.
-        """kernel mm(a, b) -> c
-
-a f32 [4, 8] heap
-b f32 [8, 16] heap
-c f32 [4, 16] heap
-
-4 16 c[{0},{1}] = 0
-2 4 4 16 c[{1},{3}] += a[{1},{0}*4+{2}] * b[{0}*4+{2},{3}]
-""",
+        MATMUL_IN_K_BLOCKS,
         "stage_reads(op=c#2, depth=1, buffer=b)",
-        """kernel mm(a, b) -> c
-
-a f32 [4, 8] heap
-b f32 [8, 16] heap
-c f32 [4, 16] heap
-b_s f32 [2:1, 4, 16] heap
-
-4 16 c[{0},{1}] = 0
-2 4 16 b_s[{0},{1},{2}] = b[{0}*4+{1},{2}]
-| 4 4 16 c[{1},{3}] += a[{1},{0}*4+{2}] * b_s[{0},{2},{3}]
-""",
+        MATMUL_B_PACKED,
     ),
     (
         # A three-point stencil in blocks of 3: each block reads a window of

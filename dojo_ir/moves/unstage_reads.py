@@ -38,6 +38,7 @@ from ..refs import ref, substitute_expr
 from ..tree import Access, Op, Program, Ref, Scope
 from .base import OP, Move, site_of
 from .buffers import undeclared, with_reads
+from .examples import MATMUL_B_PACKED, MATMUL_IN_K_BLOCKS
 from .inline_accumulator import _nest_root
 
 NAME = "unstage_reads"
@@ -152,27 +153,9 @@ def rewrite(a: Analysis, move: Move) -> Program:
 EXAMPLES = [
     (
         # The packed tile of matmul's `b` read in place again.
-        """kernel mm(a, b) -> c
-
-a f32 [4, 8] heap
-b f32 [8, 16] heap
-c f32 [4, 16] heap
-b_s f32 [2:1, 4, 16] heap
-
-4 16 c[{0},{1}] = 0
-2 4 16 b_s[{0},{1},{2}] = b[{0}*4+{1},{2}]
-| 4 4 16 c[{1},{3}] += a[{1},{0}*4+{2}] * b_s[{0},{2},{3}]
-""",
+        MATMUL_B_PACKED,
         "unstage_reads(op=b_s)",
-        """kernel mm(a, b) -> c
-
-a f32 [4, 8] heap
-b f32 [8, 16] heap
-c f32 [4, 16] heap
-
-4 16 c[{0},{1}] = 0
-2 4 4 16 c[{1},{3}] += a[{1},{0}*4+{2}] * b[{0}*4+{2},{3}]
-""",
+        MATMUL_IN_K_BLOCKS,
     ),
     (
         # A copy written by hand, transposed and into a scalar row index:
