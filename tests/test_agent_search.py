@@ -201,3 +201,16 @@ def test_a_search_walks_the_heuristic_graph_unless_told(tmp_path: Path) -> None:
     assert tuple(heuristic(spec)) in [e.moves for e in read_log(log)[1]]
     walked = [e.moves for e in read_log(told_log)[1]]
     assert walked[0] == () and all(moves[:-1] in walked[:i + 1] for i, moves in enumerate(walked[1:]))
+
+
+def test_searches_split_by_divisors_and_powers_of_two_only() -> None:
+    """The listing offers splits by 3, 5, 6, 7... with a tail too; a search plays those only by a
+    divisor of the scope or by a power of two (agent/legal.py says why)."""
+    from agent.legal import legal_moves
+    from dojo_ir.moves import find
+
+    spec = load("kernel k(x) -> y\n\nx f32 [24] heap\ny f32 [24] heap\n\n24 y[{0}] = x[{0}] * 2\n")
+    listed = {m.arg("factor") for m in find(spec) if m.name == "split_scope"}
+    searched = {m.arg("factor") for m in legal_moves(spec) if m.name == "split_scope"}
+    assert {5, 7, 16} <= listed
+    assert searched == {2, 3, 4, 6, 8, 12, 16}
