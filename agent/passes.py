@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from math import prod
 
-from codegen.cvector import pieces
+from codegen.cvector import largest_value, vector_pieces, widened_lanes
 from codegen.targets import Target, get_target
 from dojo_ir import Program
 from dojo_ir.affine import NotAffine, affine
@@ -153,6 +153,7 @@ def heuristic(program: Program, target: Target | str = "native") -> list[str]:
     _accumulate(state)  # before reuse_dims: an accumulator of a folded stack target adds nothing
     _fuse_and_reuse(state)
     _vectorize(state, chosen)
+    _pad_rows(state)
     _parallelize(state, chosen)
     return state.moves
 
@@ -555,7 +556,7 @@ def _contiguous_scope(site: Site) -> int | None:
 def _registers(size: int, dtype_bytes: int, target: Target) -> int:
     """How many of the target's vector registers a `size`-lane vector takes, in the pieces the
     code generator computes it in."""
-    return sum(max(1, lanes * dtype_bytes // target.vector_bytes) for _, lanes in pieces(size, dtype_bytes))
+    return sum(max(1, lanes * dtype_bytes // target.vector_bytes) for _, lanes in vector_pieces(size, dtype_bytes))
 
 
 def _vectorize_innermost(state: _State, label: str, target: Target, block_tail: bool = False) -> bool | None:
@@ -630,6 +631,27 @@ def _isolate(state: _State, label: str) -> bool:
     """Give the operation `label` a loop nest of its own, innermost scope first."""
     depths = len(state.analysis.by_label[label].chain)
     return all(_alone(state, label, depth) for depth in reversed(range(depths)))
+
+
+def _pad_rows(state: _State) -> None:
+    """Pad the rows of the temporaries that a widened vector (`codegen.cvector.widened_lanes`: a
+    conv row's tail of 6 computed as one vector of 8) reads or writes, to a whole number of such
+    vectors that holds all its lanes, so that the code generator loads and stores them whole; a
+    register tile of them then stays in registers, where loads and stores of only the used lanes
+    would go through memory at every step."""
+    for site in _sites(state):
+        if not site.chain or site.chain[-1].kind != "v":
+            continue
+        lane = len(site.chain) - 1
+        wide = widened_lanes(site.chain[-1].size, _op_bytes(state.program, site.op))
+        for access in (site.op.target, *site.op.reads) if wide else ():
+            buffer = state.program.buffer_of[access.array]
+            rank = len(buffer.dims)
+            if not rank or _last_coef(access, lane) != 1:
+                continue
+            needed = largest_value(affine(access.index[-1]), site.chain, skip=lane) + wide
+            if needed > buffer.dims[-1].size:
+                state.play(f"pad_dim(buffer={buffer.name}, dim={rank - 1}, size={-(-needed // wide) * wide})")
 
 
 def _parallelize(state: _State, target: Target) -> None:

@@ -33,6 +33,7 @@ whose initialisation then lies outside that scope too.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cached_property
 from math import prod
 
 from dojo_ir.paths import node_at
@@ -40,6 +41,7 @@ from dojo_ir.tree import DTYPE_BYTES, Buffer, Node, Op, Program, Scope, walk_op_
 
 from .cexpr import Env, Printer, buffer_var, c_type, helper_source, loop_var, statement, storage_size, used_helpers
 from .cvector import (
+    last_index_reach,
     stream_helper_source,
     streamable,
     used_stream_helpers,
@@ -133,6 +135,10 @@ class _Emitter:
         self.homes = _homes(program)
         self.streaming = streaming
 
+    @cached_property
+    def reach(self) -> dict[str, int]:
+        return last_index_reach(self.program)
+
     def block(self, nodes: tuple[Node, ...], path: Path, env: Env) -> Iterator[str]:
         """The lines of a block: the local buffers declared here, then the nodes."""
         for buffer in self.homes.get(path, []):
@@ -151,7 +157,8 @@ class _Emitter:
             return
         if node.kind == "v":
             stream = self._streams(node)
-            vector = vector_statement(node, depth, self.program, env, stream=stream)
+            chain = tuple(node_at(self.program.body, path[: d + 1]) for d in range(depth + 1))
+            vector = vector_statement(node, depth, self.program, env, stream, chain, self.reach)
             if vector is not None:
                 declarations = [_declaration(b) for b in self.homes.get(path, [])]
                 yield from braced(declarations + vector) if declarations else vector

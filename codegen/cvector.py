@@ -10,9 +10,18 @@ output columns), or wider than 64 bytes, is computed in pieces (`pieces`): as
 many 64-byte vectors as fit, then one each of half that, a quarter, ... down
 to 16 bytes, and scalars for what is left (GCC keeps 8-byte vectors in
 general-purpose registers, shuffling them in and out of vector ones), each
-piece the same statement with the lane variable at the piece's first lane. Pieces no wider than a 512-bit register
-let the compiler keep a tile of accumulators in registers, which it does not
-do for the halves of a wider vector. Accesses whose last index uses the lane variable with
+piece the same statement with the lane variable at the piece's first lane.
+Pieces no wider than a 512-bit register let the compiler keep a tile of
+accumulators in registers, which it does not do for the halves of a wider
+vector. A scope whose pieces would end in scalars (a conv row's tail of 6
+lanes: 4 and 2 scalars) is instead one vector of the next power of two
+(`widened_lanes`, 8) when that fits 64 bytes: a read whose row holds all 8
+lanes at every iteration is a whole load (the extra lanes are garbage that no
+stored lane depends on), and a store into a temporary's row padded past every
+index any access reaches (`pad_dim`; `last_index_reach`) is a whole store;
+other reads and stores move the 6 lanes alone (`dojo_loadn`, `dojo_storen`). A
+tile of such accumulators then stays in registers.
+Accesses whose last index uses the lane variable with
 coefficient 1 (and no other index uses it) are vector loads and stores,
 through `aligned(element)` types unless the address is provably a multiple of
 the vector's size (buffers are 64-byte aligned); accesses without the lane
@@ -44,9 +53,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dojo_ir.affine import affine
+from dojo_ir.affine import Affine, affine
 from dojo_ir.refs import used_as_value
-from dojo_ir.tree import DTYPE_BYTES, FLOAT_DTYPES, Access, Binary, Call, Expr, Op, Program, Scope, Unary, accesses
+from dojo_ir.tree import (
+    DTYPE_BYTES,
+    FLOAT_DTYPES,
+    Access,
+    Binary,
+    Call,
+    Expr,
+    Op,
+    Program,
+    Scope,
+    Unary,
+    accesses,
+    walk_op_paths,
+)
 
 from .cexpr import (
     REDUCTION_FUNCTIONS,
@@ -171,11 +193,48 @@ def _aligned(off: Offset, env: Env, lanes: int, elem: int) -> bool:
             and all(stride % lanes == 0 for _, _, stride in off.folded))
 
 
-def vector_statement(scope: Scope, lane: int, program: Program, env: Env, stream: bool = False
+def widened_lanes(size: int, dtype_bytes: int) -> int | None:
+    """The lanes of the one vector that computes a `:v` scope of `size` lanes whose pieces would
+    end in scalars (a conv row's tail of 6: 4 lanes and 2 scalars), the next power of two, when
+    that fits a piece; None when the pieces are all vectors or the vector would not fit."""
+    if not any(lanes == 1 for _, lanes in pieces(size, dtype_bytes)):
+        return None
+    wide = 1 << size.bit_length()
+    return wide if 16 <= wide * dtype_bytes <= PIECE_BYTES else None
+
+
+def vector_pieces(size: int, dtype_bytes: int) -> list[tuple[int, int]]:
+    """(first lane, lanes) of the vectors that compute a `:v` scope of `size` lanes where the
+    statement's arrays allow a widened vector (`vector_statement`)."""
+    wide = widened_lanes(size, dtype_bytes)
+    return [(0, wide)] if wide else pieces(size, dtype_bytes)
+
+
+def last_index_reach(program: Program) -> dict[str, int]:
+    """For each buffer with dimensions, the largest index of its last dimension that any access
+    reaches: the elements beyond it (a padded row's end) are never read nor written."""
+    reach: dict[str, int] = {}
+    for _, op, chain in walk_op_paths(program.body):
+        for access in (op.target, *op.reads):
+            if access.index:
+                name = program.buffer_of[access.array].name
+                reach[name] = max(reach.get(name, -1), largest_value(affine(access.index[-1]), chain))
+    return reach
+
+
+def largest_value(form: Affine, chain: tuple[Scope, ...], skip: int | None = None) -> int:
+    """The largest value of `form` over the iterations of `chain`, the scope at `skip` held at 0."""
+    return form.const + sum(c * (chain[d].size - 1) for d, c in form.terms if c > 0 and d != skip)
+
+
+def vector_statement(scope: Scope, lane: int, program: Program, env: Env, stream: bool = False,
+                     chain: tuple[Scope, ...] | None = None, reach: dict[str, int] | None = None
                      ) -> list[str] | None:
     """The C lines computing the `:v` scope at depth `lane`, or None if it is
     not vectorizable. `env` holds the enclosing scopes. `stream`: store with
-    a streaming store (the caller checked `streamable`)."""
+    a streaming store (the caller checked `streamable`). With the scopes around
+    it (`chain`, the scope itself last) and `last_index_reach`, a scope whose
+    pieces would end in scalars is one widened vector (`_widened_piece`)."""
     if not vectorizable(scope, lane, program):
         return None
     op = scope.body[0]
@@ -186,6 +245,9 @@ def vector_statement(scope: Scope, lane: int, program: Program, env: Env, stream
     parts = pieces(scope.size, dtype_bytes)
     if _lane_use(op.target, lane) == "invariant":
         return _horizontal_pieces(op, lane, parts, program, env)
+    wide = widened_lanes(scope.size, dtype_bytes)
+    if wide and chain is not None and reach is not None:
+        return _widened_piece(op, lane, wide, scope.size, program, env, chain, reach)
     return [line for first, lanes in parts for line in _piece(op, lane, first, lanes, program, env)]
 
 
@@ -239,6 +301,53 @@ def _piece(op: Op, lane: int, first: int, lanes: int, program: Program, env: Env
     if op.assign in REDUCTION_OPERATORS:
         return [f"{element} {REDUCTION_OPERATORS[op.assign]}= {total};"]
     return [f"{element} = {combine(op.assign, element, total, dtype)};"]
+
+
+@dataclass(frozen=True)
+class _WidePrinter(VectorPrinter):
+    """Prints the `used` lanes of a statement as a vector of `lanes` (more) lanes: a read whose
+    row holds the extra lanes for every iteration of `chain` is a plain vector load (the extra
+    lanes are garbage that no stored lane depends on), any other is a load of `used` lanes."""
+
+    used: int = 1
+    chain: tuple[Scope, ...] = ()
+
+    def whole_rows(self, access: Access) -> bool:
+        last = self.program.buffer_of[access.array].storage_shape[-1]
+        return largest_value(affine(access.index[-1]), self.chain, skip=self.lane) + self.lanes <= last
+
+    def access(self, access: Access, dtype: str) -> str:
+        if _lane_use(access, self.lane) == "invariant" or self.whole_rows(access):
+            return super().access(access, dtype)
+        loaded = f"dojo_loadn_{self.dtype_of(access)}x{self.lanes}(&{self.element(access)}, {self.used})"
+        if self.dtype_of(access) == dtype:
+            return loaded
+        return f"__builtin_convertvector({loaded}, {vector_type(dtype, self.lanes)})"
+
+
+def _widened_piece(op: Op, lane: int, lanes: int, used: int, program: Program, env: Env, chain: tuple[Scope, ...],
+                   reach: dict[str, int]) -> list[str]:
+    """A `:v` scope of `used` lanes computed as one vector of `lanes`, so that a register tile
+    of it (a conv row's tail of 6) stays a tile of vectors. It stores the extra lanes too when
+    they fall into the padding of a temporary's rows that no access reaches (`pad_dim` makes it,
+    `last_index_reach` proves it), else it stores `used` lanes."""
+    printer = _WidePrinter(program, {**env, lane: 0}, lane, lanes, used, chain)
+    dtype = printer.dtype_of(op.target)
+    value = printer.value(op.value, dtype)
+    buffer = program.buffer_of[op.target.array]
+    form = affine(op.target.index[-1])
+    padded = (not set(buffer.array_names) & {*program.inputs, *program.outputs} and form.terms == ((lane, 1),)
+              and form.const + lanes <= buffer.storage_shape[-1] and reach[buffer.name] < form.const + used)
+    if padded:
+        target = f"*{printer.pointer(op.target, const=False)}"
+        if op.reduction is None:
+            return [f"{target} = {value};"]
+        return [f"{target} = {_vector_combine(op.assign, target, value, dtype, lanes)};"]
+    element = f"&{printer.element(op.target)}"
+    if op.reduction is not None:
+        old = f"dojo_loadn_{dtype}x{lanes}({element}, {used})"
+        value = _vector_combine(op.assign, old, value, dtype, lanes)
+    return [f"dojo_storen_{dtype}x{lanes}({element}, {value}, {used});"]
 
 
 # The value that leaves a reduction's accumulator unchanged, per dtype.
@@ -307,7 +416,8 @@ def _vector_combine(assign: str, old: str, new: str, dtype: str, lanes: int) -> 
 # -- types and helpers -----------------------------------------------------------
 
 _TYPE = re.compile(r"\bv(f32|f64|i32|i64)x(\d+)(u?)\b")
-_HELPER = re.compile(r"\bdojo_(splat|exp|log|sqrt|tanh|abs|max|min|hadd|hmul|hmax|hmin)_(f32|f64|i32|i64)x(\d+)\b")
+_HELPER = re.compile(r"\bdojo_(splat|loadn|storen|exp|log|sqrt|tanh|abs|max|min|hadd|hmul|hmax|hmin)"
+                     r"_(f32|f64|i32|i64)x(\d+)\b")
 
 
 def used_vector_helpers(source: str) -> list[str]:
@@ -341,6 +451,13 @@ def _vector_helper(func: str, dtype: str, lanes_text: str) -> str:
     name = f"dojo_{func}_{dtype}x{lanes}"
     if func == "splat":
         return f"static inline {v} {name}({t} s) {{ return ({v}){{{', '.join(['s'] * lanes)}}}; }}"
+    # The first n lanes, the rest 0, and n a constant once inlined. Lane by lane, not memcpy: a
+    # memcpy of part of a local vector makes GCC keep the whole array it came from in memory.
+    if func == "loadn":
+        return f"static inline {v} {name}(const {t} *p, int n) {{ {v} r = {{0}}; for (int k = 0; k < n; ++k) " \
+               "r[k] = p[k]; return r; }"
+    if func == "storen":
+        return f"static inline void {name}({t} *p, {v} a, int n) {{ for (int k = 0; k < n; ++k) p[k] = a[k]; }}"
     if func in ("max", "min"):
         m = vector_type(_mask_dtype(dtype), lanes)
         compare = ">" if func == "max" else "<"

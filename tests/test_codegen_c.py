@@ -757,3 +757,43 @@ def test_a_targets_caches_are_the_hosts_as_sysfs_shows_them(tmp_path: Path, monk
     monkeypatch.setattr(targets, "_CACHE", tmp_path / "none")
     assert targets.host_caches.__wrapped__() == targets.Caches()
     assert get_target("arm-neon").caches == targets.Caches()  # emulated: not this machine's
+
+
+WIDENED = """kernel k(x, w) -> y
+
+x f32 [4, 9] heap
+w f32 [3] heap
+y f32 [4, 6] heap
+t f32 [4, 8] stack
+
+4 6:v t[{0},{1}] = 0
+4 3 6:v t[{0},{2}] += x[{0},{1}+{2}] * w[{1}]
+4 6:v y[{0},{1}] = t[{0},{1}] + x[{0},{1}]
+"""
+
+
+@pytest.mark.parametrize("target", ["native", "x86-avx2"])
+def test_a_row_of_6_lanes_is_one_vector_of_8(target: str, cache: Path) -> None:
+    """A conv row's tail of 6 lanes is one 8-lane vector, not 4 lanes and 2 scalars: whole loads
+    where the row holds all 8 lanes for every iteration, whole stores into a temporary's padding
+    that no access reaches, and only 6 lanes loaded or stored anywhere else."""
+    program = load(WIDENED)
+    kernel = generate(program, target)
+    kernel = kernel[kernel.index("static void kernel"):kernel.index("static void *dojo_alloc")]
+    assert "*(vf32x8 *)&b_t[i0*8] = dojo_splat_f32x8(" in kernel  # stores into t's padding
+    assert "dojo_loadn_f32x8(&b_x[i0*9 + i1], 6)" in kernel  # lanes 2 + 8 overrun the row of 9
+    assert "*(const vf32x8u *)&b_x[i0*9]" in kernel  # lanes 0 to 7 lie in the row
+    assert "dojo_storen_f32x8(&b_y[i0*6], " in kernel  # y is an output: its rows are not padded
+    assert "b_y[i0*6 + 5] = " not in kernel
+    for seed in range(3):
+        assert_matches(program, cache, random_inputs(program, seed), get_target(target))
+
+
+def test_lanes_that_some_access_reaches_are_not_stored_whole(cache: Path) -> None:
+    """When an access reaches t's last 2 elements, they are not padding: t's stores keep to the
+    6 lanes they compute, and the 1s written there survive them."""
+    text = WIDENED.replace("4 6:v t[{0},{1}] = 0", "4 2 t[{0},{1}+6] = 1\n4 6:v t[{0},{1}] = 0")
+    program = load(text.replace("t[{0},{1}] + x[{0},{1}]", "t[{0},{1}] + t[{0},7]"))
+    kernel = generate(program, NATIVE)
+    assert "dojo_storen_f32x8(&b_t[i0*8], " in kernel and "*(vf32x8 *)&b_t[" not in kernel
+    assert_matches(program, cache)

@@ -2,7 +2,8 @@
 the inner loop of the tuned library matmul is R broadcasts of a and R x W fused multiply-adds
 into accumulators that never touch the stack (a spilled accumulator would be a load and a store
 of the stack per multiply-add). Read for AVX2's 16 registers and AVX-512's 32; only compiled,
-so it runs on any x86 host with gcc."""
+so it runs on any x86 host with gcc. The same for every tile of the tuned conv2, whose rows of
+54 end in a tail of 6 lanes computed as vectors of 8."""
 
 from __future__ import annotations
 
@@ -23,13 +24,27 @@ STACK = re.compile(r"\(%[re]?(sp|bp)\)|%[re]?(sp|bp)\b")
 
 
 def innermost_loop(assembly: str, mnemonic: str) -> list[str]:
-    """The instructions of the smallest loop (a label and a later jump back to it) among those
-    with the most `mnemonic` (the harness's random inputs have a few multiply-adds too)."""
+    """The instructions of the smallest loop among those with the most `mnemonic` (the harness's
+    random inputs have a few multiply-adds too)."""
+    return min(loops(assembly), key=lambda body: (-sum(mnemonic in line for line in body), len(body)))
+
+
+def loops(assembly: str) -> list[list[str]]:
+    """The instructions of every loop: a label and a later jump back to it."""
     lines = assembly.splitlines()
     labels = {m.group(1): i for i, line in enumerate(lines) if (m := LABEL.match(line))}
-    loops = [lines[labels[m.group(1)] + 1:j] for j, line in enumerate(lines)
-             if (m := JUMP.match(line)) and labels.get(m.group(1), j) < j]
-    return min(loops, key=lambda body: (-sum(mnemonic in line for line in body), len(body)))
+    return [lines[labels[m.group(1)] + 1:j] for j, line in enumerate(lines)
+            if (m := JUMP.match(line)) and labels.get(m.group(1), j) < j]
+
+
+def tuned_assembly(kernel: str, target: str) -> str:
+    facts = get_target(target)
+    if not facts.buildable() or not get_target("native").x86:
+        pytest.skip("needs gcc for an x86 host")
+    spec = load(KERNELS[kernel].text())
+    source = generate(advance(spec, heuristic(spec, facts)), facts)
+    return subprocess.run([*facts.compiler, "-x", "c", "-", *facts.flags, "-S", "-o", "-"], input=source,
+                          capture_output=True, text=True, check=True).stdout
 
 
 @pytest.mark.parametrize(("target", "fmas", "broadcasts"), [
@@ -37,14 +52,17 @@ def innermost_loop(assembly: str, mnemonic: str) -> list[str]:
     ("x86-avx512", 24, 6),  # 6 rows x 4 vectors of 16 floats in 24 of 32 zmm registers
 ])
 def test_the_tuned_matmuls_inner_loop_keeps_its_accumulators_in_registers(target, fmas, broadcasts) -> None:
-    facts = get_target(target)
-    if not facts.buildable() or not get_target("native").x86:
-        pytest.skip("needs gcc for an x86 host")
-    spec = load(KERNELS["matmul"].text())
-    source = generate(advance(spec, heuristic(spec, facts)), facts)
-    assembly = subprocess.run([*facts.compiler, "-x", "c", "-", *facts.flags, "-S", "-o", "-"], input=source,
-                              capture_output=True, text=True, check=True).stdout
-    loop = [line.strip() for line in innermost_loop(assembly, "vfmadd")]
+    loop = [line.strip() for line in innermost_loop(tuned_assembly("matmul", target), "vfmadd")]
     assert sum(line.startswith("vfmadd") for line in loop) == fmas
     assert sum(line.startswith("vbroadcastss") for line in loop) == broadcasts
     assert [line for line in loop if STACK.search(line)] == []  # nothing spilled to, or reloaded from, the stack
+
+
+def test_the_tuned_conv2s_tiles_and_tail_tile_keep_their_accumulators_in_registers() -> None:
+    """conv2's rows of 54 on AVX-512: a tile of 3 vectors of 16 and a tile of the 6-lane tail as
+    vectors of 8 (ymm), every one of them without a vector register to or from the stack."""
+    tiles = [[line.strip() for line in body] for body in loops(tuned_assembly("conv2", "x86-avx512"))]
+    tiles = [body for body in tiles if sum(line.startswith("vfmadd") for line in body) >= 16]
+    for register in ("zmm", "ymm"):  # 4 lanes and 2 scalars would be xmm and scalar multiply-adds
+        assert any(all(register in line for line in body if line.startswith("vfmadd")) for body in tiles)
+    assert [line for body in tiles for line in body if STACK.search(line) and "mm" in line] == []
