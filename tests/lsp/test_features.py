@@ -72,7 +72,7 @@ async def test_hover_shows_the_code_of_the_node_under_the_cursor(editor, tmp_pat
         return None if found is None else found.contents.value
 
     kernel = await hover(next(i for i, s in enumerate(lines) if s.startswith("kernel")), 3)
-    assert kernel.startswith("```c\nstatic void kernel(") and "native" in kernel
+    assert kernel.startswith(f"{lines[0].removeprefix('# ')}\n\n```c\nstatic void kernel(") and "native" in kernel
     body = next(i for i, s in enumerate(lines) if s[:1].isdigit() and len(s.split()) > 3)
     scope = await hover(body, 0)
     assert scope.startswith("```c\nfor (long i0 = 0;")
@@ -86,6 +86,19 @@ async def test_hover_shows_the_code_of_the_node_under_the_cursor(editor, tmp_pat
             break
         await asyncio.sleep(0.02)
     assert cuda.startswith("```cuda") and "cuda" in cuda
+
+
+async def test_hover_on_the_kernel_line_shows_the_comment_above_it(editor, tmp_path: Path):
+    path = tmp_path / "relu.dojo"
+    path.write_text('# A comment further up.\n\n# From encoder.onnx, node "/ffn/Relu" (Relu).\n# Second line.\n'
+                    + KERNELS["relu"].small().split("\n", 1)[1])  # without its own comment
+    uri = editor.open(path)
+    line = next(i for i, s in enumerate(editor.texts[uri].splitlines()) if s.startswith("kernel"))
+    found = await editor.client.text_document_hover_async(lsp.HoverParams(
+        text_document=lsp.TextDocumentIdentifier(uri=uri), position=lsp.Position(line=line, character=3)))
+    heading, code = found.contents.value.split("\n\n```c\n", 1)
+    assert heading == 'From encoder.onnx, node "/ffn/Relu" (Relu).  \nSecond line.'
+    assert code.startswith("static void kernel(")
 
 
 async def test_inlay_hint_shows_the_measured_time_when_it_arrives(editor, tmp_path: Path):

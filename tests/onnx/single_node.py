@@ -31,6 +31,8 @@ FORMAT_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dt
 def single_node_model(op: str, inputs: Mapping[str, np.ndarray | None], attributes: Mapping[str, Any],
                       constants: Collection[str], outputs: int, opset: int) -> onnx.ModelProto:
     names = [name if value is not None else "" for name, value in inputs.items()]
+    while names and not names[-1]:  # ORT crashes on some operators given a trailing empty name
+        names.pop()
     node = helper.make_node(op, names, [f"y{i}" for i in range(outputs)], name="node", **attributes)
     graph_inputs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
                     for name, value in inputs.items() if value is not None and name not in constants]
@@ -39,7 +41,14 @@ def single_node_model(op: str, inputs: Mapping[str, np.ndarray | None], attribut
     graph = helper.make_graph([node], "single", graph_inputs, [], initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
-    model.graph.output.extend(inferred[f"y{i}"] for i in range(outputs))
+    # shape inference leaves some outputs out (GroupNormalization's function body reshapes through
+    # runtime shapes); ORT takes an output of the first input's type and any shape
+    first = next(value for value in inputs.values() if value is not None)
+    unknown = helper.make_tensor_value_info("", helper.np_dtype_to_tensor_dtype(first.dtype), None)
+    for i in range(outputs):
+        output = model.graph.output.add()
+        output.CopyFrom(inferred.get(f"y{i}", unknown))
+        output.name = f"y{i}"
     return model
 
 
@@ -57,7 +66,10 @@ def node_of(op: str, inputs: Mapping[str, np.ndarray | None], attributes: Mappin
                    Value(name, FORMAT_DTYPES[value.dtype], tuple(value.shape), value if name in constants else None)
                    for name, value in inputs.items())
     results = tuple(Value(f"y{i}", FORMAT_DTYPES[array.dtype], tuple(array.shape)) for i, array in enumerate(expected))
-    return Node("node", op, values, results, dict(attributes), opset)
+    # the importer gives a tensor attribute to the catalogue as its numpy array, as here
+    plain = {key: numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else value
+             for key, value in attributes.items()}
+    return Node("node", op, values, results, plain, opset)
 
 
 def check_node(op: str, inputs: Mapping[str, np.ndarray | None], attributes: Mapping[str, Any] | None = None, *,

@@ -1,0 +1,170 @@
+"""ONNX models end to end: `dojo import`, `dojo library build --method heuristic`, `dojo model run`'s
+runner against ONNX Runtime running the whole model.
+
+    python bench/onnx_models.py            # the encoder layer and the conv block at examples/onnx_models.py's sizes
+    python bench/onnx_models.py --quick    # the tests' sizes: a smoke run (report in build/onnx_models/)
+
+For each model of examples/onnx_models.py (the transformer encoder layer and the conv block): the
+model is imported as is and with --fuse, each import built into its library by the heuristic pass
+alone (`--budget 1`, no search; kernels already built in build/onnx_models/ are kept), then three
+runs of the model are timed in the same process, in alternating rounds of repetitions, holding the
+runner's whole-machine lock (runner/local.py) so that no other benchmark times at once: ModelRunner
+on the unfused library, ModelRunner on the fused one, and one ONNX Runtime session of the whole model
+(its default graph optimisations, as many intra-op threads as the runner's sessions: the cores).
+Each run's outputs are compared with ONNX Runtime's. Writes the medians and ratios to
+bench/results/onnx_models.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+# as bench/transformer_block.py: the library's OpenMP threads bound one per core, as the runner binds a timed binary
+os.environ.setdefault("OMP_PROC_BIND", "true")
+os.environ.setdefault("OMP_PLACES", "cores")
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import onnx_models  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+
+from bench.sections import machine  # noqa: E402
+from libgen.onnx.run import ModelRunner, all_cores, cores  # noqa: E402
+from libgen.peers import machine_lock  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+MODELS = ("encoder", "conv_block")
+
+
+def dojo(*args: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"dojo {' '.join(args)} failed:\n{done.stderr}")
+
+
+def build(model: Path, out: Path, fuse: bool, budget: int) -> Path:
+    """The model imported by `dojo import` (with --fuse or not) into OUT/NAME[_fused]/ and built
+    into the library beside it."""
+    name = f"{model.stem}{'_fused' if fuse else ''}"
+    files, library = out / name, out / f"{name}_lib"
+    dojo("import", str(model), "--out", str(files), *(["--fuse"] if fuse else []))
+    dojo("library", "build", *map(str, sorted(files.glob("*.dojo"))), "--method", "heuristic", "--budget", str(budget),
+         "--out", str(library), "--name", name)
+    return library
+
+
+def rounds(runs: dict[str, Callable[[], object]], count: int, repeats: int) -> dict[str, list[float]]:
+    """Times of each run: `count` rounds, in each `repeats` calls of every run in turn, after a few
+    calls of each to warm up."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for run in runs.values():
+        for _ in range(3):
+            run()
+    for _ in range(count):
+        for name, run in runs.items():
+            for _ in range(repeats):
+                start = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
+def bench_model(name: str, out: Path, quick: bool, count: int, repeats: int, budget: int) -> dict:
+    model = out / f"{name}.onnx"
+    onnx.save(onnx_models.MODELS[name](**(onnx_models.SMALL[name] if quick else {})), str(model))
+    started = time.perf_counter()
+    libraries = {fuse: build(model, out, fuse, budget) for fuse in (False, True)}
+    build_s = time.perf_counter() - started
+    runners = {fuse: ModelRunner(model, library, fuse=fuse) for fuse, library in libraries.items()}
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = cores()
+    with all_cores():  # its threads on every core, though the libraries' OpenMP pinned this thread to one
+        session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    graph_input = session.get_inputs()[0]
+    x = np.random.default_rng(1).standard_normal(graph_input.shape).astype(np.float32)
+    feeds = {graph_input.name: x}
+    expected = session.run(None, feeds)[0]
+    differences = {fuse: float(np.abs(next(iter(r.run(feeds).values())) - expected).max())
+                   for fuse, r in runners.items()}
+    load = os.getloadavg()[0]
+    with machine_lock():
+        times = rounds({"onnxruntime": lambda: session.run(None, feeds), "library": lambda: runners[False].run(feeds),
+                        "fused": lambda: runners[True].run(feeds)}, count, repeats)
+    return {"name": name, "shape": list(x.shape), "build_s": build_s, "load": (load, os.getloadavg()[0]),
+            "medians": {k: statistics.median(v) for k, v in times.items()}, "calls": len(times["library"]),
+            "differences": differences,
+            "placement": {fuse: Counter(r.placement.values()) for fuse, r in runners.items()}}
+
+
+def report(results: list[dict], args: argparse.Namespace) -> str:
+    def ms(value: float) -> str:
+        return f"{value * 1e3:.3f} ms"
+
+    def where(counts: Counter) -> str:
+        return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
+
+    sizes = "the tests' small sizes (--quick)" if args.quick else "examples/onnx_models.py's default sizes"
+    lines = ["# ONNX models end to end: PerfDojo's library against ONNX Runtime", "",
+             f"`python bench/onnx_models.py{' --quick' if args.quick else ''}` on {machine()}. Each model at "
+             f"{sizes}, imported by `dojo import` as is and with `--fuse`, each import built by `dojo library build "
+             f"--method heuristic --budget {args.budget}` (the heuristic pass, no search), then run by `dojo model "
+             "run`'s ModelRunner against one ONNX Runtime session of the whole model (default graph optimisations, "
+             f"{cores()} intra-op threads, as the runner's sessions), in one process, {args.rounds} alternating "
+             f"rounds of {args.repeats} calls each; medians.", "",
+             "| model | input | ONNX Runtime | library | vs ORT | fused library | vs ORT | max abs diff (library, "
+             "fused) |", "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        m = r["medians"]
+        lines.append(f"| {r['name']} | {' x '.join(map(str, r['shape']))} | {ms(m['onnxruntime'])} | "
+                     f"{ms(m['library'])} | **{m['onnxruntime'] / m['library']:.2f}x** | {ms(m['fused'])} | "
+                     f"**{m['onnxruntime'] / m['fused']:.2f}x** | {r['differences'][False]:.2g}, "
+                     f"{r['differences'][True]:.2g} |")
+    lines += ["", "`vs ORT` is ONNX Runtime's median over the library's: above 1, the library is faster. Where "
+              "the nodes ran, and the rest:", ""]
+    for r in results:
+        lines.append(f"- {r['name']}: unfused {where(r['placement'][False])}; fused {where(r['placement'][True])}; "
+                     f"{r['calls']} calls of each; load average {r['load'][0]:.1f} when timing began, "
+                     f"{r['load'][1]:.1f} when it ended; importing and building both libraries took "
+                     f"{r['build_s']:.0f} s (kernels already built are kept).")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the tests' small sizes: a smoke run")
+    parser.add_argument("--models", nargs="*", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--budget", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--out", type=Path, help="where the models, imports and libraries go (default: "
+                        "build/onnx_models, build/onnx_models_quick with --quick)")
+    parser.add_argument("--report", type=Path, help="default: bench/results/onnx_models.md, "
+                        "build/onnx_models_quick/onnx_models.md with --quick")
+    args = parser.parse_args()
+    out = args.out or ROOT / "build" / ("onnx_models_quick" if args.quick else "onnx_models")
+    out.mkdir(parents=True, exist_ok=True)
+    path = args.report or (out / "onnx_models.md" if args.quick else RESULTS / "onnx_models.md")
+    results = [bench_model(name, out, args.quick, args.rounds, args.repeats, args.budget) for name in args.models]
+    path.write_text(report(results, args))
+    for r in results:
+        m = r["medians"]
+        print(f"{r['name']}: ONNX Runtime {m['onnxruntime'] * 1e3:.3f} ms, library {m['library'] * 1e3:.3f} ms "
+              f"({m['onnxruntime'] / m['library']:.2f}x), fused {m['fused'] * 1e3:.3f} ms "
+              f"({m['onnxruntime'] / m['fused']:.2f}x)")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

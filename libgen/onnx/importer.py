@@ -1,0 +1,373 @@
+"""`dojo import`: an ONNX model as one `.dojo` spec per node the format can express, and a map.
+
+    imported = import_model("encoder.onnx")
+    write_import(imported, Path("encoder"))     # encoder/matmul.dojo, ..., encoder/model.json
+    for s in imported.skipped:
+        print(s.node, s.op, s.feature, s.detail)
+
+The model is loaded with `onnx.load` and its shapes inferred (`infer_shapes` with data
+propagation). Each node becomes a kernel at its static shapes through `catalogue.kernel_for`;
+a node that cannot (an operator the format cannot express, one not written yet, a symbolic or
+unknown shape, a dtype the format does not have) is Skipped with the feature, never approximated.
+
+Constants: initializers and Constant nodes are known at import, and so are the results of Shape
+and Size at static shapes. Nodes that only move such constants around as exported models do
+(FOLDABLE: Identity, Cast, Unsqueeze, Concat, Gather, Slice with constant inputs) are evaluated
+here with onnx's numpy reference implementation, so that a Reshape fed by Shape -> Gather ->
+Concat sees its shape. Folded nodes have neither a kernel nor a reason: in model.json they have
+`"kernel": null, "unsupported": null`, and a runner computes them as it computes skipped nodes.
+
+Identical kernels (same operator, shapes and attributes, hence the same text) are one kernel and
+one file, so that a model's repeated layers are tuned once; a kernel is named after its operator
+(`matmul`, `matmul_2`, ...), a name valid in C and Python that the library's module does not use.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from runner.files import write_atomically
+
+from ..kernels import RESERVED
+from .catalogue import FOLDED, NOT_EXPRESSIBLE, kernel_for
+from .nodes import DTYPES, Kernel, Node, Unsupported, Value, identifier
+from .registry import OPERATORS
+
+FOLDABLE = frozenset({"Identity", "Cast", "Unsqueeze", "Concat", "Gather", "Slice"})
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+class ModelError(Exception):
+    """A model that cannot be read or whose shapes cannot be inferred; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One kernel call of the model: which nodes it covers and its arguments."""
+
+    kernel: str                 # the kernel's name = its file's stem (identical kernels share one)
+    nodes: tuple[str, ...]      # the ONNX node names it computes (several when fused)
+    inputs: tuple[str, ...]     # ONNX value names in the kernel's input order
+    outputs: tuple[str, ...]    # ONNX value names in the kernel's output order
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A node without a kernel, and why (`feature` is a key of nodes.FEATURES)."""
+
+    node: str
+    op: str
+    feature: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Imported:
+    """The result of an import. `inputs`, `outputs` and `nodes` are model.json's entries of the
+    same names (the graph's tensors, and every node with its kernel or reason)."""
+
+    model: str
+    kernels: dict[str, str]     # kernel name -> .dojo text (with its header comment)
+    calls: tuple[Call, ...]     # in an order that runs the graph
+    skipped: tuple[Skipped, ...]
+    fused: bool = False
+    inputs: tuple[dict[str, Any], ...] = ()
+    outputs: tuple[dict[str, Any], ...] = ()
+    nodes: tuple[dict[str, Any], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """DIR/model.json."""
+        return {"format": 1, "model": self.model, "fused": self.fused, "inputs": list(self.inputs),
+                "outputs": list(self.outputs),
+                "calls": [{"kernel": c.kernel, "file": f"{c.kernel}.dojo", "nodes": list(c.nodes),
+                           "inputs": list(c.inputs), "outputs": list(c.outputs)} for c in self.calls],
+                "nodes": list(self.nodes)}
+
+
+# -- reading the model ----------------------------------------------------------------------------
+
+
+def _load(model: onnx.ModelProto | str | Path) -> tuple[str, onnx.ModelProto]:
+    if isinstance(model, onnx.ModelProto):
+        return f"{model.graph.name or 'model'}.onnx", model
+    path = Path(model)
+    try:
+        proto = onnx.load(path)
+    except (OSError, ValueError, DecodeError) as error:
+        raise ModelError(f"{path}: error: cannot read an ONNX model: {error}") from None
+    if not proto.HasField("graph"):  # protobuf reads an empty file, and some others, as an empty message
+        raise ModelError(f"{path}: error: cannot read an ONNX model: it has no graph")
+    return path.name, proto
+
+
+def _infer(name: str, model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except (onnx.shape_inference.InferenceError, ValueError) as error:
+        raise ModelError(f"{name}: error: the model's shapes cannot be inferred: {error}") from None
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """What the graph says of a value: its ONNX element type and dims (an int, or a str for a
+    symbolic or unknown one); dims None when even the rank is unknown."""
+
+    elem_type: int
+    dims: tuple[int | str, ...] | None
+
+    def json(self, name: str) -> dict[str, Any]:
+        """model.json's entry: the format's dtype, else numpy's name for it (bool, float16)."""
+        dtype = DTYPES.get(self.elem_type)
+        if dtype is None and self.elem_type:
+            dtype = helper.tensor_dtype_to_np_dtype(self.elem_type).name
+        return {"name": name, "dtype": dtype, "shape": None if self.dims is None else list(self.dims)}
+
+
+def _tensor(info: onnx.ValueInfoProto) -> Tensor | None:
+    kind = info.type.WhichOneof("value")
+    if kind != "tensor_type":
+        return None
+    t = info.type.tensor_type
+    if not t.HasField("shape"):
+        return Tensor(t.elem_type, None)
+    return Tensor(t.elem_type, tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                                     for d in t.shape.dim))
+
+
+def _tensors(graph: onnx.GraphProto) -> dict[str, Tensor]:
+    found = {}
+    for info in (*graph.input, *graph.value_info, *graph.output):
+        tensor = _tensor(info)
+        if tensor is not None:
+            found[info.name] = tensor
+    return found
+
+
+def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
+    """Plain Python values: bytes decoded, tensors as numpy arrays (subgraphs stay protos)."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, bytes):
+            return value.decode("utf-8", errors="replace")
+        if isinstance(value, onnx.TensorProto):
+            return numpy_helper.to_array(value)
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value
+
+    return {a.name: plain(helper.get_attribute_value(a)) for a in node.attribute}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    return f"<{type(value).__name__}>"  # a subgraph
+
+
+def _node_names(graph: onnx.GraphProto) -> list[str]:
+    """Each node's name, made up from its operator and position when it has none or a taken one."""
+    names: list[str] = []
+    for i, node in enumerate(graph.node):
+        name = node.name
+        if not name or name in names:
+            name = f"{node.name or node.op_type}_{i}"
+        names.append(name)
+    return names
+
+
+# -- constants ----------------------------------------------------------------------------------------
+
+
+def _fold(node: onnx.NodeProto, opset: int, constants: Mapping[str, np.ndarray],
+          tensors: Mapping[str, Tensor]) -> list[np.ndarray] | None:
+    """The outputs of `node` when it is a constant at import, else None."""
+    if node.op_type in ("Shape", "Size"):
+        dims = tensors.get(node.input[0], Tensor(0, None)).dims
+        if node.input[0] in constants:
+            dims = constants[node.input[0]].shape
+        if dims is None or not all(isinstance(d, int) for d in dims):
+            return None
+        if node.op_type == "Size":
+            return [np.array(int(np.prod(dims)), np.int64)]
+        attributes = _attributes(node)
+        return [np.array(dims[attributes.get("start", 0):attributes.get("end", len(dims))], np.int64)]
+    if node.op_type not in FOLDED and (node.op_type not in FOLDABLE
+                                       or not all(not n or n in constants for n in node.input)):
+        return None
+    # onnx's reference implementation at the model's opset: the attributes' meaning changed over opsets
+    inputs = [n for n in node.input if n]
+    graph = helper.make_graph([node], "fold", [helper.make_tensor_value_info(n, 0, None) for n in inputs],
+                              [helper.make_tensor_value_info(n, 0, None) for n in node.output if n])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    try:
+        return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, {n: constants[n] for n in inputs})]
+    except (ValueError, TypeError, IndexError, RuntimeError):
+        return None  # not foldable after all (an index out of range...): the node is imported as any other
+
+
+# -- nodes ------------------------------------------------------------------------------------------------
+
+
+def _value(name: str, tensors: Mapping[str, Tensor], constants: Mapping[str, np.ndarray]) -> Value:
+    """The value `name` at its static shape; Unsupported when its shape or dtype is not one the
+    format has."""
+    if name in constants:
+        array = constants[name]
+        dtype = DTYPES.get(helper.np_dtype_to_tensor_dtype(array.dtype)) if array.dtype != object else None
+        if dtype is None:
+            raise Unsupported("dtype", f"`{name}` is {array.dtype}")
+        return Value(name, dtype, tuple(int(d) for d in array.shape), array)
+    tensor = tensors.get(name)
+    if tensor is None or tensor.dims is None:
+        raise Unsupported("dynamic shape", f"`{name}` has no known shape")
+    if not all(isinstance(d, int) and d > 0 for d in tensor.dims):
+        raise Unsupported("dynamic shape", f"`{name}` has shape [{', '.join(map(str, tensor.dims))}]")
+    if tensor.elem_type not in DTYPES:
+        raise Unsupported("dtype", f"`{name}` is {onnx.TensorProto.DataType.Name(tensor.elem_type).lower()}")
+    return Value(name, DTYPES[tensor.elem_type], tuple(tensor.dims))
+
+
+def _loose_value(name: str, tensors: Mapping[str, Tensor], constants: Mapping[str, np.ndarray]) -> Value:
+    """The value as far as it is known, for a node without a kernel (fusion reads only its name)."""
+    try:
+        return _value(name, tensors, constants)
+    except Unsupported:
+        return Value(name, "?", ())
+
+
+def _kernel(node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[str, Tensor],
+            constants: Mapping[str, np.ndarray]) -> tuple[Node, Kernel | Unsupported]:
+    """The catalogue's node and its kernel, or why it has none. The operator's own reason comes
+    before its shapes': an Equal is refused for comparing, not for its boolean output."""
+    attributes = _attributes(node)
+    inputs = tuple(n or None for n in node.input)
+    outputs = tuple(n for n in node.output if n)
+    loose = Node(name, node.op_type, tuple(n and _loose_value(n, tensors, constants) for n in inputs),
+                 tuple(_loose_value(n, tensors, constants) for n in outputs), attributes, opset)
+    try:
+        if node.domain not in DEFAULT_DOMAINS:
+            raise Unsupported("not written", f"operator {node.op_type} of domain `{node.domain}`")
+        if node.op_type in NOT_EXPRESSIBLE or node.op_type not in OPERATORS:
+            kernel_for(loose)  # raises the operator's reason before any shape is asked for
+        full = Node(name, node.op_type, tuple(n and _value(n, tensors, constants) for n in inputs),
+                    tuple(_value(n, tensors, constants) for n in outputs), attributes, opset)
+        return full, kernel_for(full)
+    except Unsupported as why:
+        return loose, why
+
+
+# -- kernels ------------------------------------------------------------------------------------------------
+
+
+def _comment(model: str, nodes: Sequence[Node], sharing: int) -> str:
+    named = ", ".join(f'"{n.name}" ({n.op})' for n in nodes)
+    text = f"From {model}, {'nodes' if len(nodes) > 1 else 'node'} {named}."
+    return text + (f"\nThe same kernel serves {sharing - 1} more node(s) of the model." if sharing > 1 else "")
+
+
+def _name(base: str, taken: set[str]) -> str:
+    base = identifier(base).lstrip("_") or "kernel"
+    if base in RESERVED:
+        base = f"{base}_kernel"
+    candidate, n = base, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{base}_{n}"
+    return candidate
+
+
+def _calls(model: str, groups: list[tuple[tuple[Node, ...], Kernel]]) -> tuple[dict[str, str], list[Call]]:
+    """One kernel per distinct text, named after its operator; one call per group."""
+    keys = [kernel.render() for _, kernel in groups]  # before naming: identical nodes give identical texts
+    members: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        members.setdefault(key, []).append(i)
+    kernels: dict[str, str] = {}
+    name_of: dict[str, str] = {}
+    for key, indices in members.items():
+        nodes, kernel = groups[indices[0]]
+        name_of[key] = _name(kernel.name, set(kernels))
+        kernel.name = name_of[key]
+        kernels[kernel.name] = kernel.render(comment=_comment(model, nodes, len(indices)))
+    calls = [Call(name_of[key], tuple(n.name for n in nodes), tuple(kernel.sources[a.name] for a in kernel.inputs),
+                  tuple(kernel.sources[a.name] for a in kernel.outputs))
+             for key, (nodes, kernel) in zip(keys, groups, strict=True)]
+    return kernels, calls
+
+
+def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> Imported:
+    """The kernels, calls and skipped nodes of `model` (a file or a loaded model); ModelError when
+    it cannot be read."""
+    name, proto = _load(model)
+    proto = _infer(name, proto)
+    graph = proto.graph
+    opset = next((o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS), 1)
+    tensors = _tensors(graph)
+    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    names = _node_names(graph)
+
+    graph_nodes: list[tuple[Node, Kernel | None]] = []
+    records: list[dict[str, Any]] = []
+    skipped: list[Skipped] = []
+    for onnx_node, node_name in zip(graph.node, names, strict=True):
+        record = {"name": node_name, "op": onnx_node.op_type, "inputs": list(onnx_node.input),
+                  "outputs": list(onnx_node.output), "attributes": {k: _jsonable(v) for k, v in
+                                                                     _attributes(onnx_node).items()},
+                  "kernel": None, "unsupported": None}
+        records.append(record)
+        folded = _fold(onnx_node, opset, constants, tensors) if onnx_node.domain in DEFAULT_DOMAINS else None
+        if folded is not None:
+            constants.update(zip((n for n in onnx_node.output if n), folded, strict=False))
+            continue
+        node, result = _kernel(onnx_node, node_name, opset, tensors, constants)
+        if isinstance(result, Unsupported):
+            skipped.append(Skipped(node_name, onnx_node.op_type, result.feature, result.detail))
+            record["unsupported"] = {"feature": result.feature, "detail": result.detail}
+            graph_nodes.append((node, None))
+        else:
+            graph_nodes.append((node, result))
+
+    if fuse:
+        from .fuse import fuse_graph  # the runner helper's module; imported only when asked for
+
+        groups = [(tuple(nodes), kernel) for nodes, kernel in
+                  fuse_graph(graph_nodes, keep={o.name for o in graph.output})]
+    else:
+        groups = [((node, ), kernel) for node, kernel in graph_nodes if kernel is not None]
+    kernels, calls = _calls(name, groups)
+    by_node = {node: call.kernel for call in calls for node in call.nodes}
+    for record in records:
+        record["kernel"] = by_node.get(record["name"])
+
+    known = set(constants)
+    return Imported(
+        model=name, kernels=kernels, calls=tuple(calls), skipped=tuple(skipped), fused=fuse,
+        inputs=tuple(_tensor(i).json(i.name) for i in graph.input if i.name not in known and _tensor(i)),
+        outputs=tuple(_tensor(o).json(o.name) for o in graph.output if _tensor(o)),
+        nodes=tuple(records))
+
+
+def write_import(imported: Imported, out: Path) -> list[Path]:
+    """DIR/KERNEL.dojo for each kernel and DIR/model.json, each replaced whole or not at all."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in imported.kernels.items():
+        path = out / f"{name}.dojo"
+        write_atomically(path, text.encode())
+        written.append(path)
+    path = out / "model.json"
+    write_atomically(path, (json.dumps(imported.to_json(), indent=1) + "\n").encode())
+    return [*written, path]

@@ -1,0 +1,472 @@
+"""`dojo model run`: an ONNX model run on a tuned library, with ONNX Runtime for the nodes it lacks.
+
+    runner = ModelRunner("encoder.onnx", "build/encoder_lib", fuse=True)
+    outputs = runner.run({"x": x})                 # the graph's outputs by name
+    runner.placement      # node name -> "library", "onnxruntime", "view", "constant" or "unused"
+
+The model is imported in memory as `dojo import` would write it (`import_model`). A call of the
+import runs on the library's kernel of its name only when that kernel was built from the same spec
+(the manifest's `spec_hash` is `text_hash` of the imported kernel), so a library built from another
+model or another import never computes something else. Reshape, Flatten, Squeeze, Unsqueeze and
+Identity are numpy views of their input; nodes of constant inputs only (Constant, what the import
+folds) are computed once, when the runner is made; every other node runs on ONNX Runtime: one
+session per run of consecutive such nodes, built once, with as many intra-op threads as the
+process has cores. Every value of static shape has its own 64-byte aligned buffer,
+allocated once, that the library's kernels and ONNX Runtime (through an IOBinding) write in place,
+so a run only copies the inputs in and the outputs out. `run` is not reentrant: one thread at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import zipfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import helper, numpy_helper
+
+from ..runtime import Library
+
+VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
+                    "Bernoulli"})  # never folded into constants
+ALIGNMENT = 64
+# read when this module loads, before a library's OpenMP may pin the thread to one core
+CORES = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
+Shape = tuple[int, ...]
+
+
+class RunError(Exception):
+    """A model, library or input that cannot be run, with a message naming it."""
+
+
+@dataclass(frozen=True)
+class Info:
+    """A value's numpy dtype and its shape, None when not known before the run."""
+
+    dtype: np.dtype
+    shape: Shape | None
+
+
+@dataclass
+class _Unit:
+    """A step of the run before it is planned: one call of the import or one node."""
+
+    nodes: list[int]  # indices into the graph's nodes, in the graph's order
+    inputs: list[str]
+    outputs: list[str]
+    kind: str = "onnxruntime"  # or "library", "view", "constant"
+    kernel: str | None = None
+
+
+@dataclass
+class _LibraryStep:
+    library: Library
+    kernel: Any  # runtime.Kernel
+    pointers: list[int]  # the buffers of its inputs and outputs: a kernel's arrays have static shapes
+
+    def run(self, env: dict[str, np.ndarray]) -> None:
+        self.library.call(self.kernel, self.pointers)
+
+
+@dataclass
+class _SessionStep:
+    session: Any  # onnxruntime.InferenceSession
+    binding: Any  # its IOBinding
+    late_inputs: list[str]
+    late_outputs: list[str]  # bound to ONNX Runtime's own memory, in binding order after the placed ones
+    placed: int  # how many outputs are bound to buffers of ours
+
+    def run(self, env: dict[str, np.ndarray]) -> None:
+        given = [np.ascontiguousarray(env[name]) for name in self.late_inputs]  # alive while the session runs
+        for name, value in zip(self.late_inputs, given, strict=True):
+            self.binding.bind_cpu_input(name, value)
+        self.session.run_with_iobinding(self.binding)
+        if self.late_outputs:
+            made = self.binding.get_outputs()[self.placed:]
+            env.update((name, value.numpy()) for name, value in zip(self.late_outputs, made, strict=True))
+
+
+class ModelRunner:
+    """The model at `model_path` run on the library at `library_dir` (see the module's docstring)."""
+
+    def __init__(self, model_path: str | Path, library_dir: str | Path, fuse: bool = False):
+        model_path, library_dir = Path(model_path), Path(library_dir)
+        library, hashes = open_library(library_dir)
+        model = read_model(model_path)
+        imported = import_in_memory(model_path, fuse)
+        self.model = model_path.name
+        self._model, self._library, self._nodes = model, library, list(model.graph.node)
+        names = [entry["name"] for entry in imported.nodes]  # one per node, in the graph's order
+        self.infos = value_infos(model)
+        self.inputs = model_inputs(model, self.infos, self.model)
+        self.outputs = [value.name for value in model.graph.output]
+        self._constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+        units = _units(self._nodes, names, imported.calls)
+        for unit in units:
+            _classify(unit, self._nodes, imported.kernels, library, hashes, self.infos)
+        units = _needed(_ordered(units), self.outputs)
+        for unit in units:
+            if unit.kind == "onnxruntime" and all(n in self._constants for n in unit.inputs) and not any(
+                    self._nodes[i].op_type in RANDOM for i in unit.nodes):
+                self._constants.update(zip(unit.outputs, self._session(unit, self._constants).run(None, {}),
+                                           strict=True))
+                unit.kind = "constant"
+        self.placement: dict[str, str] = dict.fromkeys(names, "unused")
+        for unit in units:
+            self.placement.update((names[i], unit.kind) for i in unit.nodes)
+        self._fixed = {name: _aligned_copy(value) for name, value in self._constants.items()}
+        self._fixed.update((name, _aligned_empty(info.dtype, info.shape)) for name, info in self.inputs.items())
+        self._steps = [step for unit in _merged(units, self.outputs) for step in self._plan(unit)]
+
+    # -- what ran where -----------------------------------------------------------------------------
+
+    @property
+    def library_nodes(self) -> list[str]:
+        return [name for name, where in self.placement.items() if where == "library"]
+
+    @property
+    def onnxruntime_nodes(self) -> list[str]:
+        return [name for name, where in self.placement.items() if where == "onnxruntime"]
+
+    # -- planning -----------------------------------------------------------------------------------
+
+    def _buffer(self, name: str) -> np.ndarray | None:
+        """The buffer of `name`, allocated now when its shape is known; None when it is made only
+        during the run."""
+        if name not in self._fixed and _shape(self.infos, name) is not None:
+            self._fixed[name] = _aligned_empty(self.infos[name].dtype, self.infos[name].shape)
+        return self._fixed.get(name)
+
+    def _plan(self, unit: _Unit) -> list[Any]:
+        if unit.kind == "view":  # of a value of static shape, hence of a buffer made before
+            self._fixed[unit.outputs[0]] = self._fixed[unit.inputs[0]].reshape(self.infos[unit.outputs[0]].shape)
+            return []
+        if unit.kind == "library":
+            pointers = [self._buffer(name).ctypes.data for name in unit.inputs + unit.outputs]
+            return [_LibraryStep(self._library, self._library.kernels[unit.kernel], pointers)]
+        return [] if unit.kind == "constant" else [self._bound(unit)]
+
+    def _session(self, unit: _Unit, constants: Mapping[str, np.ndarray]) -> Any:
+        """An ONNX Runtime session of the unit's nodes, the inputs in `constants` as initializers."""
+        import onnxruntime as ort
+
+        nodes = [self._nodes[i] for i in unit.nodes]
+        sub = sub_model(self._model, nodes, unit.inputs, unit.outputs, self.infos, constants)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = cores()
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        # the library's kernels run between this session's calls: idle threads that spin would take their cores
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            with all_cores():
+                return ort.InferenceSession(sub.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        except Exception as error:  # ORT raises its own exception types, one per failure
+            raise RunError(f"{self.model}: ONNX Runtime cannot run nodes "
+                           f"{', '.join(n.name or n.op_type for n in nodes)}: {error}") from None
+
+    def _bound(self, unit: _Unit) -> _SessionStep:
+        """The unit's session, its inputs and outputs bound to the buffers they have."""
+        folded = {name: self._fixed[name] for name in unit.inputs if name in self._constants}
+        session = self._session(unit, folded)
+        binding = session.io_binding()
+        late_inputs, late_outputs = [], []
+        for name in (n for n in unit.inputs if n not in folded):
+            buffer = self._buffer(name)
+            if buffer is None:
+                late_inputs.append(name)
+            else:
+                binding.bind_input(name, "cpu", 0, buffer.dtype, buffer.shape, buffer.ctypes.data)
+        placed = 0
+        for name in unit.outputs:
+            buffer = self._buffer(name)
+            if buffer is not None:
+                binding.bind_output(name, "cpu", 0, buffer.dtype, buffer.shape, buffer.ctypes.data)
+                placed += 1
+        for name in unit.outputs:
+            if name not in self._fixed:
+                binding.bind_output(name, "cpu")
+                late_outputs.append(name)
+        return _SessionStep(session, binding, late_inputs, late_outputs, placed)
+
+    # -- running ------------------------------------------------------------------------------------
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graph's outputs, by name, for the inputs `feeds` (every input of the model, each of
+        its dtype and shape)."""
+        self.check(feeds)
+        env = dict(self._fixed)
+        for name in self.inputs:
+            np.copyto(self._fixed[name], feeds[name])
+        for step in self._steps:
+            step.run(env)
+        return {name: np.array(env[name]) for name in self.outputs}
+
+    def check(self, feeds: Mapping[str, Any]) -> None:
+        """Raise RunError unless `feeds` gives every input of the model at its dtype and shape."""
+        known = ", ".join(f"`{n}`" for n in self.inputs)
+        for name in feeds:
+            if name not in self.inputs:
+                raise RunError(f"`{name}` is not an input of {self.model} (its inputs: {known})")
+        for name, info in self.inputs.items():
+            if name not in feeds:
+                raise RunError(f"input `{name}` of {self.model} is missing (its inputs: {known})")
+            value = feeds[name]
+            if not isinstance(value, np.ndarray) or value.dtype != info.dtype or value.shape != info.shape:
+                got = f"{value.dtype} {list(value.shape)}" if isinstance(value, np.ndarray) else type(value).__name__
+                raise RunError(f"input `{name}` of {self.model} must be {info.dtype} {list(info.shape)}, not {got}")
+
+
+# -- the library and the model ----------------------------------------------------------------------
+
+def open_library(directory: Path) -> tuple[Library, dict[str, str]]:
+    """The library at `directory` and each kernel's spec hash."""
+    if not directory.is_dir():
+        raise RunError(f"{directory}: no such library directory")
+    manifest_path = directory / "manifest.json"
+    if not manifest_path.is_file():
+        raise RunError(f"{directory}: not a library: it has no manifest.json (`dojo library build` writes one)")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        hashes = {k["name"]: k["spec_hash"] for k in manifest["kernels"]}
+        return Library(directory), hashes
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise RunError(f"{directory}: cannot load the library: {error}") from None
+
+
+def import_in_memory(path: Path, fuse: bool) -> Any:
+    """What `dojo import` would write for the model at `path`."""
+    from .importer import ModelError, import_model  # the importer loads the operator catalogue
+
+    try:
+        return import_model(path, fuse=fuse)
+    except ModelError as error:
+        raise RunError(str(error).replace(": error: ", ": ", 1)) from None
+
+
+def read_model(path: Path) -> onnx.ModelProto:
+    try:
+        return onnx.load(str(path))
+    except OSError as error:
+        raise RunError(f"{path}: cannot read the model: {error}") from None
+    except DecodeError as error:
+        raise RunError(f"{path}: not an ONNX model: {error}") from None
+
+
+def read_inputs(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of the `.npz` file at `path`, by name."""
+    try:
+        archive = np.load(path, allow_pickle=False)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError("it holds one array, not named arrays (write it with numpy.savez)")
+        with archive:
+            return {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        raise RunError(f"{path}: no such file") from None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+        raise RunError(f"{path}: not a .npz file of arrays: {error}") from None
+
+
+def model_inputs(model: onnx.ModelProto, infos: Mapping[str, Info], name: str) -> dict[str, Info]:
+    """The inputs a run is given (not the initializers), each of fixed shape."""
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = {}
+    for value in model.graph.input:
+        if value.name not in initializers:
+            if _shape(infos, value.name) is None:
+                raise RunError(f"{name}: input `{value.name}` has no fixed shape; give it one to run the model")
+            inputs[value.name] = infos[value.name]
+    return inputs
+
+
+def _shape(infos: Mapping[str, Info], name: str) -> Shape | None:
+    info = infos.get(name)
+    return None if info is None else info.shape
+
+
+def value_infos(model: onnx.ModelProto) -> dict[str, Info]:
+    """The dtype and static shape of every value that shape inference or the graph declares (the
+    import inferred the same way, so this does not fail)."""
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    graph = inferred.graph
+    infos: dict[str, Info] = {}
+    for value in [*graph.input, *graph.value_info, *graph.output]:
+        kind = value.type.tensor_type
+        if not value.type.HasField("tensor_type") or kind.elem_type == 0:
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in kind.shape.dim]
+        shape = tuple(dims) if kind.HasField("shape") and None not in dims else None
+        infos[value.name] = Info(np.dtype(helper.tensor_dtype_to_np_dtype(kind.elem_type)), shape)
+    for tensor in graph.initializer:
+        infos[tensor.name] = Info(np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)), tuple(tensor.dims))
+    return infos
+
+
+# -- the plan ---------------------------------------------------------------------------------------
+
+def _units(nodes: Sequence[onnx.NodeProto], names: Sequence[str], calls: Iterable[Any]) -> list[_Unit]:
+    index = {name: i for i, name in enumerate(names)}
+    units, covered = [], set()
+    for call in calls:
+        members = sorted(index[n] for n in call.nodes)
+        covered.update(members)
+        units.append(_Unit(members, list(call.inputs), list(call.outputs), kernel=call.kernel))
+    for i, node in enumerate(nodes):
+        if i not in covered:
+            units.append(_Unit([i], list(used_names(node)), [o for o in node.output if o]))
+    return units
+
+
+def _classify(unit: _Unit, nodes: Sequence[onnx.NodeProto], kernels: Mapping[str, str], library: Library,
+              hashes: Mapping[str, str], infos: dict[str, Info]) -> None:
+    """Where `unit` runs: on the library when it holds the unit's kernel from the same spec."""
+    from agent.evaluate import text_hash
+    from dojo_ir import load
+
+    first = nodes[unit.nodes[0]]
+    single = len(unit.nodes) == 1
+    if single and first.op_type in VIEWS and first.input and _shape(infos, first.input[0]) is not None \
+            and _shape(infos, first.output[0]) is not None:
+        unit.kind, unit.inputs, unit.outputs = "view", [first.input[0]], [first.output[0]]
+    elif unit.kernel in library.kernels and hashes.get(unit.kernel) == text_hash(load(kernels[unit.kernel])):
+        unit.kind = "library"
+        for name, array in zip(unit.inputs + unit.outputs, [*library.kernels[unit.kernel].inputs,
+                                                            *library.kernels[unit.kernel].outputs], strict=True):
+            infos[name] = Info(array.numpy_dtype, array.shape)
+    else:  # the nodes themselves, not the call: ONNX Runtime reads every input they name
+        members = [nodes[i] for i in unit.nodes]
+        made = {o for node in members for o in node.output}
+        unit.inputs = list(dict.fromkeys(n for node in members for n in used_names(node) if n not in made))
+        unit.outputs = [o for node in members for o in node.output if o]
+
+
+def _ordered(units: list[_Unit]) -> list[_Unit]:
+    """`units` in an order that runs the graph: each when its inputs exist, the earliest first."""
+    maker = {name: u for u, unit in enumerate(units) for name in unit.outputs}
+    after: list[set[int]] = [set() for _ in units]
+    waiting = [0] * len(units)
+    for u, unit in enumerate(units):
+        for source in {maker[n] for n in unit.inputs if n in maker} - {u}:
+            after[source].add(u)
+            waiting[u] += 1
+    ready = sorted((unit.nodes[0], u) for u, unit in enumerate(units) if not waiting[u])
+    order = []
+    while ready:
+        _, u = ready.pop(0)
+        order.append(units[u])
+        for v in after[u]:
+            waiting[v] -= 1
+            if not waiting[v]:
+                ready.append((units[v].nodes[0], v))
+                ready.sort()
+    if len(order) != len(units):
+        raise RunError("the graph's calls form a cycle")
+    return order
+
+
+def _needed(units: list[_Unit], outputs: Iterable[str]) -> list[_Unit]:
+    """The units that the graph's outputs need, in order."""
+    wanted, kept = set(outputs), []
+    for unit in reversed(units):
+        if wanted & set(unit.outputs):
+            wanted.update(unit.inputs)
+            kept.append(unit)
+    return kept[::-1]
+
+
+def _merged(units: list[_Unit], outputs: Iterable[str]) -> list[_Unit]:
+    """Consecutive units on ONNX Runtime joined into one session's graph (consecutive in a
+    topological order, no path leaves them and comes back), which gives out only the values that
+    later units or the graph's outputs read."""
+    merged: list[_Unit] = []
+    for unit in units:
+        if unit.kind == "onnxruntime" and merged and merged[-1].kind == "onnxruntime":
+            last = merged[-1]
+            last.nodes = sorted(last.nodes + unit.nodes)
+            last.inputs = list(dict.fromkeys([*last.inputs, *(n for n in unit.inputs if n not in last.outputs)]))
+            last.outputs = last.outputs + unit.outputs
+        else:
+            merged.append(_Unit(list(unit.nodes), list(unit.inputs), list(unit.outputs), unit.kind, unit.kernel))
+    read = set(outputs)
+    for unit in reversed(merged):
+        if unit.kind == "onnxruntime":
+            unit.outputs = [o for o in unit.outputs if o in read]
+        read.update(unit.inputs)
+    return merged
+
+
+def used_names(node: onnx.NodeProto) -> list[str]:
+    """The values `node` reads: its inputs, and those its subgraphs read from the graph around them."""
+    names = [n for n in node.input if n]
+    for attribute in node.attribute:
+        for graph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+            defined = {v.name for v in [*graph.input, *graph.initializer]} | {o for n in graph.node for o in n.output}
+            names.extend(n for inner in graph.node for n in used_names(inner) if n not in defined)
+    return list(dict.fromkeys(names))
+
+
+def sub_model(model: onnx.ModelProto, nodes: Sequence[onnx.NodeProto], inputs: Sequence[str], outputs: Sequence[str],
+              infos: Mapping[str, Info], constants: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """A model of `nodes` alone: `inputs` become graph inputs, or initializers for `constants`."""
+    def value_info(name: str) -> onnx.ValueInfoProto:
+        info = infos.get(name)
+        if info is None:  # shape inference knows nothing of it: ONNX Runtime finds its type itself
+            return helper.make_empty_tensor_value_info(name)
+        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(info.dtype), info.shape)
+
+    made = {o for node in nodes for o in node.output}
+    known = [n for n in made if n in infos and n not in outputs]
+    graph = helper.make_graph(
+        list(nodes), "part", [value_info(n) for n in inputs if n not in constants], [value_info(n) for n in outputs],
+        [numpy_helper.from_array(np.asarray(constants[n]), n) for n in inputs if n in constants],
+        value_info=[value_info(n) for n in sorted(known)])
+    sub = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    sub.functions.extend(model.functions)
+    return sub
+
+
+# -- arrays -----------------------------------------------------------------------------------------
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(CORES) if CORES else os.cpu_count() or 1
+
+
+@contextmanager
+def all_cores() -> Iterator[None]:
+    """The calling thread allowed on every core of the process meanwhile: the threads ONNX Runtime
+    starts inherit its affinity, and OpenMP (OMP_PROC_BIND) pins it to one core once a library loads."""
+    if not CORES:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, CORES)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def _aligned_empty(dtype: np.dtype, shape: Shape) -> np.ndarray:
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def _aligned_copy(value: np.ndarray) -> np.ndarray:
+    copy = _aligned_empty(value.dtype, value.shape)
+    copy[...] = value
+    return copy
+
+

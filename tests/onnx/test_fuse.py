@@ -1,0 +1,295 @@
+"""`fuse_graph`: which nodes join into one kernel, and that a joined kernel computes what its
+members did, one after another."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import pytest
+
+from dojo_ir import interpret, load
+from libgen.onnx.fuse import fuse_graph, join
+from libgen.onnx.nodes import Kernel, Node, Value, broadcast, loops
+from tests.onnx.single_node import normal
+
+# -- kernels written here, so that the fusion is tested on its own -------------------------------
+
+BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/"}
+UNARY = {"Exp": "exp({})", "Tanh": "tanh({})", "Relu": "max({}, 0)", "Abs": "abs({})", "Sqrt": "sqrt({})"}
+REDUCE = {"ReduceMean": "+=", "ReduceMax": "max="}
+
+
+def elementwise(node: Node) -> Kernel:
+    kernel = Kernel(node.op.lower())
+    (y,), index = node.outputs, loops(node.outputs[0].rank)
+    operands = [kernel.input(v, name).at(broadcast(v.shape, index)) for v, name in zip(node.inputs, "ab", strict=False)]
+    expression = f"{operands[0]} {BINARY[node.op]} {operands[1]}" if node.op in BINARY else \
+        UNARY[node.op].format(operands[0])
+    kernel.loop(y.shape, kernel.output(y).at(index), "=", expression)
+    return kernel
+
+
+def reduce_last(node: Node) -> Kernel:
+    """ReduceMean / ReduceMax over the last axis, keeping it."""
+    kernel = Kernel(node.op.lower())
+    (x,), (y,) = node.inputs, node.outputs
+    xs, ys = kernel.input(x), kernel.output(y)
+    rows, index = x.shape[:-1], loops(x.rank)
+    target = ys.at([*index[:-1], 0])
+    kernel.loop(rows, ys.at([*loops(len(rows)), 0]), "=", "0" if node.op == "ReduceMean" else "-inf")
+    kernel.loop(x.shape, target, REDUCE[node.op], xs.at(index))
+    if node.op == "ReduceMean":
+        kernel.loop(rows, ys.at([*loops(len(rows)), 0]), "=", f"{ys.at([*loops(len(rows)), 0])} / {x.shape[-1]}")
+    return kernel
+
+
+def softmax(node: Node) -> Kernel:
+    kernel = Kernel("softmax")
+    (x,), (y,) = node.inputs, node.outputs
+    xs, ys = kernel.input(x), kernel.output(y)
+    rows, index = x.shape[:-1], loops(x.rank)
+    row = loops(len(rows))
+    m, s = kernel.temporary("m", x.dtype, rows), kernel.temporary("s", x.dtype, rows)
+    kernel.loop(rows, m.at(row), "=", "-inf")
+    kernel.loop(x.shape, m.at(row), "max=", xs.at(index))
+    kernel.loop(rows, s.at(row), "=", "0")
+    kernel.loop(x.shape, s.at(row), "+=", f"exp({xs.at(index)} - {m.at(row)})")
+    kernel.loop(x.shape, ys.at(index), "=", f"exp({xs.at(index)} - {m.at(row)}) / {s.at(row)}")
+    return kernel
+
+
+def matmul(node: Node) -> Kernel:
+    kernel = Kernel("matmul")
+    (a, b), (y,) = node.inputs, node.outputs
+    As, bs, ys = kernel.input(a, "a"), kernel.input(b, "b"), kernel.output(y)
+    kernel.loop(y.shape, ys.at(loops(2)), "=", "0")
+    kernel.loop([*y.shape, a.shape[1]], ys.at(loops(2)), "+=", f"{As.at(['{0}', '{2}'])} * {bs.at(['{2}', '{1}'])}")
+    return kernel
+
+
+BUILDERS: dict[str, Callable[[Node], Kernel]] = {
+    **dict.fromkeys([*BINARY, *UNARY], elementwise), **dict.fromkeys(REDUCE, reduce_last), "Softmax": softmax,
+    "MatMul": matmul}
+NUMPY: dict[str, Callable[..., np.ndarray]] = {"Neg": np.negative}  # "unsupported": no kernel, numpy runs them
+
+
+# -- running a graph: node by node, and as fused -------------------------------------------------
+
+def run_kernel(kernel: Kernel, values: dict[str, np.ndarray]) -> None:
+    feed = {a.name: values[kernel.sources[a.name]] for a in kernel.inputs}
+    got = interpret(load(kernel.render()), feed)
+    values.update({kernel.sources[a.name]: got[a.name] for a in kernel.outputs})
+
+
+def run_unfused(graph: Sequence[tuple[Node, Kernel | None]], feeds: Mapping[str, np.ndarray]) -> dict:
+    values = dict(feeds)
+    for node, kernel in graph:
+        if kernel is None:
+            values[node.outputs[0].name] = NUMPY[node.op](*(values[v.name] for v in node.inputs))
+        else:
+            run_kernel(kernel, values)
+    return values
+
+
+def run_fused(graph: Sequence[tuple[Node, Kernel | None]], feeds: Mapping[str, np.ndarray],
+              fused: Sequence[tuple[tuple[Node, ...], Kernel]]) -> dict:
+    """Runs the kernels in the order given, the nodes without a kernel as soon as they can run;
+    fails when a kernel's input is not there yet."""
+    values, pending = dict(feeds), [node for node, kernel in graph if kernel is None]
+
+    def run_pending() -> None:
+        while ready := [n for n in pending if all(v.name in values for v in n.inputs)]:
+            for node in ready:
+                values[node.outputs[0].name] = NUMPY[node.op](*(values[v.name] for v in node.inputs))
+                pending.remove(node)
+
+    for _, kernel in fused:
+        run_pending()
+        missing = [s for a, s in kernel.sources.items() if a in {i.name for i in kernel.inputs} and s not in values]
+        assert not missing, f"{kernel.name} runs before {missing} exist"
+        run_kernel(kernel, values)
+    run_pending()
+    return values
+
+
+def with_kernels(nodes: Sequence[Node]) -> list[tuple[Node, Kernel | None]]:
+    return [(n, None if n.op in NUMPY else BUILDERS[n.op](n)) for n in nodes]
+
+
+def assert_fusion_keeps_results(nodes: Sequence[Node], feeds: Mapping[str, np.ndarray],
+                                keep: Sequence[str]) -> list[tuple[tuple[Node, ...], Kernel]]:
+    graph = with_kernels(nodes)
+    fused = fuse_graph(graph, keep)
+    for _, kernel in fused:
+        load(kernel.render())  # a kernel of the format
+    covered = [n.name for group, _ in fused for n in group]
+    assert sorted(covered) == sorted(n.name for n, k in graph if k is not None)
+    expected, got = run_unfused(graph, feeds), run_fused(graph, feeds, fused)
+    for name in keep:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+    return fused
+
+
+def value(name: str, *shape: int) -> Value:
+    return Value(name, "f32", shape)
+
+
+def node(op: str, inputs: Sequence[Value], output: Value) -> Node:
+    return Node(f"{op}_{output.name}", op, tuple(inputs), (output,))
+
+
+# -- specifications ------------------------------------------------------------------------------
+
+def random_graph(seed: int) -> tuple[list[Node], dict[str, np.ndarray], list[str]]:
+    """A graph of 3 to 12 nodes on [rows, 5] and [rows, 1] values, some of them matrix products and
+    nodes without a kernel, and some values kept as outputs."""
+    rng = np.random.default_rng(seed)
+    rows = int(rng.choice([3, 4, 7]))
+    values = [value("x", rows, 5), value("w", 5, 5), value("c", 5)]
+    feeds = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in values}
+    nodes = []
+    for i in range(int(rng.integers(3, 13))):
+        op = str(rng.choice([*BINARY, "Exp", "Tanh", "Relu", "Abs", *REDUCE, "Softmax", "MatMul", "Neg"]))
+        shaped = [v for v in values if len(v.shape) == 2 and v.name != "w"]
+        first = shaped[int(rng.integers(len(shaped)))]
+        if op == "MatMul":
+            first = next((v for v in reversed(shaped) if v.shape[1] == 5), values[0])
+            inputs, shape = [first, values[1]], first.shape
+        elif op in BINARY:
+            second = values[int(rng.integers(len(values)))] if rng.random() < 0.3 else \
+                shaped[int(rng.integers(len(shaped)))]
+            second = values[0] if second.name == "w" else second
+            inputs, shape = [first, second], (rows, max(first.shape[-1], second.shape[-1]))
+        elif op in REDUCE:
+            inputs, shape = [first], (rows, 1)
+        else:
+            inputs, shape = [first], first.shape
+        out = value(f"v{i}", *shape)
+        nodes.append(node(op, inputs, out))
+        values.append(out)
+    made = [n.outputs[0].name for n in nodes]
+    keep = sorted({made[-1], *rng.choice(made, size=min(2, len(made)), replace=False)})
+    return nodes, feeds, keep
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_graphs_compute_the_same_fused(seed: int) -> None:
+    nodes, feeds, keep = random_graph(seed)
+    assert_fusion_keeps_results(nodes, feeds, keep)
+
+
+def test_random_graphs_do_fuse() -> None:
+    joined = [len(group) for seed in range(40) for group, _ in fuse_graph(with_kernels(random_graph(seed)[0]),
+                                                                         random_graph(seed)[2])]
+    assert max(joined) >= 4 and sum(n > 1 for n in joined) >= 20
+
+
+def test_an_elementwise_chain_is_one_kernel_of_one_line() -> None:
+    x, b, y = value("x", 3, 5), value("b", 5), value("y", 3, 5)
+    s, r, e = value("s", 3, 5), value("r", 3, 5), value("e", 3, 5)
+    nodes = [node("Add", [x, b], s), node("Relu", [s], r), node("Mul", [r, x], e), node("Tanh", [e], y)]
+    [(covered, kernel)] = assert_fusion_keeps_results(nodes, {"x": np.ones((3, 5), np.float32) * -0.5,
+                                                              "b": np.arange(5, dtype=np.float32)}, ["y"])
+    assert [n.name for n in covered] == [n.name for n in nodes]
+    assert [kernel.sources[a.name] for a in kernel.inputs] == ["x", "b"]  # x, read twice, is one input
+    assert [kernel.sources[a.name] for a in kernel.outputs] == ["y"]
+    assert kernel.temporaries == [] and kernel.lines == ["3 5 y[{0},{1}] = tanh(((max((a[{0},{1}] + b[{1}]), 0)) * "
+                                                         "a[{0},{1}]))"]
+
+
+def test_a_value_used_outside_the_group_or_kept_stays_an_output() -> None:
+    x, w = value("x", 3, 5), value("w", 5, 5)
+    r, e, p = value("r", 3, 5), value("e", 3, 5), value("p", 3, 5)
+    nodes = [node("Relu", [x], r), node("Exp", [r], e), node("MatMul", [r, w], p)]
+    feeds = {"x": np.linspace(-1, 1, 15, dtype=np.float32).reshape(3, 5), "w": np.eye(5, dtype=np.float32)}
+    fused = assert_fusion_keeps_results(nodes, feeds, ["e", "p"])
+    [kernel] = [k for group, k in fused if len(group) == 2]
+    assert [kernel.sources[a.name] for a in kernel.outputs] == ["r", "e"]
+    fused = assert_fusion_keeps_results(nodes[:2], feeds, ["r", "e"])
+    assert [kernel.sources[a.name] for a in fused[0][1].outputs] == ["r", "e"]
+
+
+def test_a_group_never_has_a_path_that_leaves_it_and_comes_back() -> None:
+    x, w, r, p, y = value("x", 3, 5), value("w", 5, 5), value("r", 3, 5), value("p", 3, 5), value("y", 3, 5)
+    nodes = [node("Relu", [x], r), node("MatMul", [r, w], p), node("Add", [r, p], y)]
+    feeds = {"x": np.ones((3, 5), np.float32), "w": np.eye(5, dtype=np.float32)}
+    fused = assert_fusion_keeps_results(nodes, feeds, ["y"])
+    assert [[n.op for n in group] for group, _ in fused] == [["Relu"], ["MatMul"], ["Add"]]
+    unsupported = [node("Relu", [x], r), node("Neg", [r], p), node("Add", [r, p], y)]  # Neg: no kernel
+    fused = assert_fusion_keeps_results(unsupported, feeds, ["y"])
+    assert [[n.op for n in group] for group, _ in fused] == [["Relu"], ["Add"]]
+
+
+def layer_norm_nodes(rows: int, width: int) -> list[Node]:
+    """LayerNorm as exporters decompose it: mean, centre, square, mean, sqrt, divide, scale, shift
+    (Pow(d, 2) written as Mul(d, d), and the epsilon as a constant input)."""
+    x, eps, g, b = value("x", rows, width), value("eps", 1), value("g", width), value("b", width)
+    mean, d, sq, var = value("mean", rows, 1), value("d", rows, width), value("sq", rows, width), value("var", rows, 1)
+    ve, sd, n, s, y = (value("ve", rows, 1), value("sd", rows, 1), value("n", rows, width), value("s", rows, width),
+                       value("y", rows, width))
+    return [node("ReduceMean", [x], mean), node("Sub", [x, mean], d), node("Mul", [d, d], sq),
+            node("ReduceMean", [sq], var), node("Add", [var, eps], ve), node("Sqrt", [ve], sd),
+            node("Div", [d, sd], n), node("Mul", [n, g], s), node("Add", [s, b], y)]
+
+
+@pytest.mark.parametrize("rows, width", [(3, 7), (4, 16)])
+def test_a_decomposed_layer_norm_is_one_kernel(rows: int, width: int) -> None:
+    rng = np.random.default_rng(rows)
+    feeds = {"x": rng.standard_normal((rows, width)).astype(np.float32), "eps": np.array([1e-5], np.float32),
+             "g": rng.standard_normal(width).astype(np.float32), "b": rng.standard_normal(width).astype(np.float32)}
+    nodes = layer_norm_nodes(rows, width)
+    [(covered, kernel)] = assert_fusion_keeps_results(nodes, feeds, ["y"])
+    assert len(covered) == 9 and [kernel.sources[a.name] for a in kernel.outputs] == ["y"]
+    # the mean, written by three lines, and x - mean, read by two, stay arrays; the rest is in the lines reading it
+    assert [a.name for a in kernel.temporaries] == ["reducemean_y", "sub_y", "reducemean_y2"]
+    x = feeds["x"]
+    want = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * feeds["g"] + feeds["b"]
+    np.testing.assert_allclose(run_fused(with_kernels(nodes), feeds, [(covered, kernel)])["y"], want, rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_softmax_then_mul_is_one_kernel() -> None:
+    x, scale, p, y = value("x", 5, 13), value("scale", 5, 1), value("p", 5, 13), value("y", 5, 13)
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.standard_normal((5, 13)).astype(np.float32),
+             "scale": rng.standard_normal((5, 1)).astype(np.float32)}
+    [(covered, kernel)] = assert_fusion_keeps_results([node("Softmax", [x], p), node("Mul", [p, scale], y)], feeds,
+                                                      ["y"])
+    assert [n.op for n in covered] == ["Softmax", "Mul"]
+    assert {a.name for a in kernel.temporaries} == {"softmax_m", "softmax_s"}
+    assert kernel.lines[-1] == "5 13 y[{0},{1}] = (exp(x[{0},{1}] - softmax_m[{0}]) / softmax_s[{0}]) * b[{0},0]"
+
+
+def test_a_value_is_not_written_into_a_line_after_what_it_reads_changed() -> None:
+    kernel = Kernel("k")
+    xs, us = kernel.input(value("x", 3)), kernel.output(value("u", 3), "u")
+    m, t = kernel.temporary("m", "f32", (3,)), kernel.temporary("t", "f32", (3,))
+    kernel.loop([3], m.at(["{0}"]), "=", xs.at(["{0}"]))
+    kernel.loop([3], t.at(["{0}"]), "=", f"{m.at(['{0}'])} * 2")
+    kernel.loop([3], m.at(["{0}"]), "=", f"{m.at(['{0}'])} + 1")  # t keeps the old m
+    kernel.loop([3], us.at(["{0}"]), "=", f"{t.at(['{0}'])} + {m.at(['{0}'])}")
+    fused = join([(node("K", [value("x", 3)], value("u", 3)), kernel)], ["u"])
+    assert [a.name for a in fused.temporaries] == ["k_m", "k_t"]
+    got = interpret(load(fused.render()), {"x": np.arange(3, dtype=np.float32)})["u"]
+    np.testing.assert_array_equal(got, np.arange(3) * 3 + 1)
+
+
+def test_a_value_is_not_written_into_a_line_of_another_dtype() -> None:
+    kernel = Kernel("k")
+    xs, ys = kernel.input(value("x", 4)), kernel.output(Value("y", "i32", (4,)))
+    t = kernel.temporary("t", "f32", (4,))
+    kernel.loop([4], t.at(["{0}"]), "=", f"{xs.at(['{0}'])} + 0.75")  # rounded after the sum, not before it
+    kernel.loop([4], ys.at(["{0}"]), "=", t.at(["{0}"]))
+    fused = join([(node("K", [value("x", 4)], Value("y", "i32", (4,))), kernel)], ["y"])
+    assert [a.name for a in fused.temporaries] == ["k_t"]
+    got = interpret(load(fused.render()), {"x": np.full(4, 0.5, np.float32)})["y"]
+    np.testing.assert_array_equal(got, np.ones(4, np.int32))
+
+
+def test_a_value_read_by_lines_that_become_one_is_written_into_it() -> None:
+    x, b, s, q, y = value("x", 3, 5), value("b", 5), value("s", 3, 5), value("q", 3, 5), value("y", 3, 5)
+    nodes = [node("Add", [x, b], s), node("Mul", [s, s], q), node("Mul", [q, s], y)]  # s cubed, as Gelu's formula
+    feeds = {"x": normal(3, 5), "b": normal(5, seed=1)}
+    [(_, kernel)] = assert_fusion_keeps_results(nodes, feeds, ["y"])
+    assert kernel.temporaries == [] and len(kernel.lines) == 1

@@ -1,0 +1,212 @@
+"""`import_model`: small models built with onnx.helper, checked node by node against ONNX Runtime."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from dojo_ir import interpret, load
+from libgen.onnx.importer import Call, ModelError, import_model, write_import
+from libgen.onnx.nodes import identifier
+from tests.onnx.single_node import normal
+
+F = TensorProto.FLOAT
+
+
+def model(nodes, inputs, outputs, initializers=(), opset=21):
+    graph = helper.make_graph(nodes, "tiny", inputs, outputs, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def tensor(name, shape, elem=F):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def every_value(proto: onnx.ModelProto, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every value of the graph as ONNX Runtime computes it, initializers included."""
+    inferred = onnx.shape_inference.infer_shapes(proto)
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(inferred)
+    known = {o.name for o in exposed.graph.output}
+    exposed.graph.output.extend(v for v in inferred.graph.value_info if v.name not in known)
+    session = ort.InferenceSession(exposed.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    values = dict(zip(names, session.run(names, feed), strict=True))
+    values.update(feed)
+    values.update({t.name: numpy_helper.to_array(t) for t in proto.graph.initializer})
+    return values
+
+
+def assert_calls_match_ort(imported, proto, feed):
+    """Each written kernel, run by the reference interpreter on its call's ORT inputs, gives ORT's
+    outputs for its node(s)."""
+    values = every_value(proto, feed)
+    for call in imported.calls:
+        text = imported.kernels[call.kernel]
+        program = load(text)
+        got = interpret(program, dict(zip(program.inputs, (values[v] for v in call.inputs), strict=True)))
+        for array, value in zip(program.outputs, call.outputs, strict=True):
+            np.testing.assert_allclose(got[array], values[value], rtol=1e-4, atol=1e-5, err_msg=text)
+
+
+def chain():
+    nodes = [helper.make_node("Add", ["x", "bias"], ["s"], name="/add"),
+             helper.make_node("Relu", ["s"], ["r"], name="/relu"),
+             helper.make_node("MatMul", ["r", "w"], ["y"], name="/matmul")]
+    initializers = [numpy_helper.from_array(normal(7, seed=1), "bias"), numpy_helper.from_array(normal(7, 4, seed=2),
+                                                                                                "w")]
+    return model(nodes, [tensor("x", [3, 5, 7])], [tensor("y", [3, 5, 4])], initializers)
+
+
+def test_a_chain_becomes_one_kernel_per_node_in_graph_order():
+    imported = import_model(chain())
+    assert [c.nodes for c in imported.calls] == [("/add",), ("/relu",), ("/matmul",)]
+    assert imported.calls[0] == Call("add", ("/add",), ("x", "bias"), ("s",))
+    assert not imported.skipped
+    assert_calls_match_ort(imported, chain(), {"x": normal(3, 5, 7)})
+
+
+def test_each_file_parses_and_names_its_model_and_node(tmp_path):
+    proto = chain()
+    path = tmp_path / "encoder.onnx"
+    onnx.save(proto, path)
+    written = write_import(import_model(path), tmp_path / "out")
+    assert sorted(p.name for p in written) == ["add.dojo", "matmul.dojo", "model.json", "relu.dojo"]
+    text = (tmp_path / "out" / "matmul.dojo").read_text()
+    assert text.startswith('# From encoder.onnx, node "/matmul" (MatMul).')
+    for p in written[:-1]:
+        load(p.read_text())
+
+
+def test_model_json_maps_nodes_to_files(tmp_path):
+    write_import(import_model(chain()), tmp_path)
+    doc = json.loads((tmp_path / "model.json").read_text())
+    assert doc["format"] == 1 and doc["model"] == "tiny.onnx" and doc["fused"] is False
+    assert doc["inputs"] == [{"name": "x", "dtype": "f32", "shape": [3, 5, 7]}]
+    assert doc["outputs"] == [{"name": "y", "dtype": "f32", "shape": [3, 5, 4]}]
+    assert doc["calls"][2] == {"kernel": "matmul", "file": "matmul.dojo", "nodes": ["/matmul"], "inputs": ["r", "w"],
+                               "outputs": ["y"]}
+    assert [(n["name"], n["op"], n["kernel"], n["unsupported"]) for n in doc["nodes"]] == [
+        ("/add", "Add", "add", None), ("/relu", "Relu", "relu", None), ("/matmul", "MatMul", "matmul", None)]
+
+
+def test_an_unsupported_node_in_the_middle_is_skipped_and_the_rest_imported():
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("TopK", ["r", "k"], ["values", "indices"], name="topk", axis=-1),
+             helper.make_node("Exp", ["values"], ["y"], name="exp")]
+    proto = model(nodes, [tensor("x", [3, 7])], [tensor("y", [3, 2])],
+                  [numpy_helper.from_array(np.array([2], np.int64), "k")])
+    imported = import_model(proto)
+    (skipped,) = imported.skipped
+    assert (skipped.node, skipped.op, skipped.feature) == ("topk", "TopK", "data-dependent range")
+    assert [c.nodes for c in imported.calls] == [("relu",), ("exp",)]
+    record = imported.to_json()["nodes"][1]
+    assert record["kernel"] is None and record["unsupported"]["feature"] == "data-dependent range"
+    assert_calls_match_ort(imported, proto, {"x": normal(3, 7)})
+
+
+def test_a_symbolic_dimension_skips_the_nodes_that_see_it():
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu"), helper.make_node("Exp", ["z"], ["w"], name="exp")]
+    proto = model(nodes, [tensor("x", ["batch", 5]), tensor("z", [3, 5])], [tensor("y", ["batch", 5]),
+                                                                         tensor("w", [3, 5])])
+    imported = import_model(proto)
+    (skipped,) = imported.skipped
+    assert skipped.feature == "dynamic shape" and "`x`" in skipped.detail and "batch" in skipped.detail
+    assert [c.nodes for c in imported.calls] == [("exp",)]
+    assert imported.to_json()["inputs"][0] == {"name": "x", "dtype": "f32", "shape": ["batch", 5]}
+
+
+def test_a_dtype_the_format_lacks_is_skipped():
+    proto = model([helper.make_node("Abs", ["x"], ["y"], name="abs")], [tensor("x", [3], TensorProto.FLOAT16)],
+                  [tensor("y", [3], TensorProto.FLOAT16)])
+    (skipped,) = import_model(proto).skipped
+    assert skipped.feature == "dtype" and "float16" in skipped.detail
+
+
+def test_a_reshape_fed_by_a_shape_chain_sees_its_constant_shape():
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+             helper.make_node("Gather", ["shape", "zero"], ["n"], name="gather", axis=0),
+             helper.make_node("Unsqueeze", ["n", "axes"], ["n1"], name="unsqueeze"),
+             helper.make_node("Concat", ["n1", "minus_one"], ["target"], name="concat", axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"], name="reshape")]
+    initializers = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+                    numpy_helper.from_array(np.array([0], np.int64), "axes"),
+                    numpy_helper.from_array(np.array([-1], np.int64), "minus_one")]
+    proto = model(nodes, [tensor("x", [3, 5, 7])], [tensor("y", [3, 35])], initializers)
+    imported = import_model(proto)
+    assert not imported.skipped
+    assert [c.nodes for c in imported.calls] == [("reshape",)]
+    folded = [n["name"] for n in imported.to_json()["nodes"] if n["kernel"] is None and n["unsupported"] is None]
+    assert folded == ["shape", "gather", "unsqueeze", "concat"]
+    assert_calls_match_ort(imported, proto, {"x": normal(3, 5, 7)})
+
+
+def test_constant_nodes_are_folded_into_their_consumers():
+    nodes = [helper.make_node("Constant", [], ["two"], name="const", value_float=2.0),
+             helper.make_node("Mul", ["x", "two"], ["y"], name="mul")]
+    proto = model(nodes, [tensor("x", [4, 8])], [tensor("y", [4, 8])])
+    imported = import_model(proto)
+    assert "* 2" in imported.kernels["mul"] and imported.calls[0].inputs == ("x",)
+    assert_calls_match_ort(imported, proto, {"x": normal(4, 8)})
+
+
+def test_identical_nodes_share_one_kernel():
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="first"), helper.make_node("Relu", ["x2"], ["b"], name=""),
+             helper.make_node("Add", ["a", "b"], ["y"], name="add")]
+    proto = model(nodes, [tensor("x", [3, 5]), tensor("x2", [3, 5])], [tensor("y", [3, 5])])
+    imported = import_model(proto)
+    assert sorted(imported.kernels) == ["add", "relu"]
+    assert [c.kernel for c in imported.calls] == ["relu", "relu", "add"]
+    assert imported.calls[1].nodes == ("Relu_1",)  # an unnamed node gets its operator and position
+    assert "1 more node" in imported.kernels["relu"]
+    assert_calls_match_ort(imported, proto, {"x": normal(3, 5), "x2": normal(3, 5, seed=1)})
+
+
+def test_different_shapes_of_one_operator_get_numbered_names():
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r1"), helper.make_node("Relu", ["z"], ["b"], name="r2")]
+    proto = model(nodes, [tensor("x", [3, 5]), tensor("z", [4, 8])], [tensor("a", [3, 5]), tensor("b", [4, 8])])
+    imported = import_model(proto)
+    assert sorted(imported.kernels) == ["relu", "relu_2"]
+    for name in imported.kernels:
+        assert identifier(name) == name and load(imported.kernels[name]).name == name
+
+
+def test_a_foreign_domain_operator_is_not_written():
+    proto = model([helper.make_node("Fancy", ["x"], ["y"], name="fancy", domain="com.example")],
+                  [tensor("x", [3])], [tensor("y", [3])])
+    proto.opset_import.append(helper.make_opsetid("com.example", 1))
+    (skipped,) = import_model(proto).skipped
+    assert skipped.feature == "not written" and "com.example" in skipped.detail
+
+
+def test_the_opset_reaches_the_catalogue():
+    proto = model([helper.make_node("Clip", ["x"], ["y"], name="clip", min=-0.5, max=0.5)], [tensor("x", [3, 5])],
+                  [tensor("y", [3, 5])], opset=6)
+    imported = import_model(proto)
+    assert "0.5" in imported.kernels["clip"]
+    assert_calls_match_ort(imported, proto, {"x": normal(3, 5)})
+
+
+def test_fusing_joins_an_elementwise_chain():
+    imported = import_model(chain(), fuse=True)
+    assert imported.fused and any(len(c.nodes) > 1 for c in imported.calls)
+    assert {n for c in imported.calls for n in c.nodes} == {"/add", "/relu", "/matmul"}
+    assert_calls_match_ort(imported, chain(), {"x": normal(3, 5, 7)})
+
+
+def test_a_file_that_is_not_a_model_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00not a model at all\xff" * 5)
+    with pytest.raises(ModelError, match="bad.onnx"):
+        import_model(bad)
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    with pytest.raises(ModelError, match="empty.onnx: error: cannot read an ONNX model: it has no graph"):
+        import_model(empty)
+    with pytest.raises(ModelError, match="missing.onnx"):
+        import_model(tmp_path / "missing.onnx")

@@ -1,0 +1,150 @@
+"""MatMul, Gemm, Einsum, Conv and ConvTranspose agree with ONNX Runtime at odd and round shapes and
+across their attributes; the cases the format cannot write are refused with the feature they need."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from libgen.onnx.catalogue import kernel_for
+from libgen.onnx.nodes import Node, Unsupported, Value
+from tests.onnx.single_node import check_node, normal
+
+
+@pytest.mark.parametrize("a, b", [
+    ((5, 7), (7, 3)),
+    ((4, 8), (8, 16)),
+    ((2, 5, 7), (7, 3)),
+    ((2, 1, 5, 7), (3, 7, 4)),  # batch dimensions broadcast both ways
+    ((7,), (2, 7, 3)),  # a 1-D A is a row whose dimension the result drops
+    ((5, 7), (7,)),  # a 1-D B is a column
+    ((7,), (7,)),  # a dot product: a scalar
+    ((5, 1), (1, 3)),  # an outer product: no reduction loop
+])
+def test_matmul(a: tuple[int, ...], b: tuple[int, ...]) -> None:
+    check_node("MatMul", {"a": normal(*a), "b": normal(*b, seed=1)})
+
+
+def test_matmul_of_integers() -> None:
+    integers = np.random.default_rng(0).integers
+    a, b = integers(-9, 10, (2, 3, 5), dtype=np.int32), integers(-9, 10, (5, 7), dtype=np.int32)
+    assert "y[{0},{1},{2}] += a[{0},{1},{3}] * b[{3},{2}]" in check_node("MatMul", {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("attributes, c", [
+    ({}, None),
+    ({}, (5, 3)),
+    ({"transA": 1}, (3,)),  # C broadcast along the rows
+    ({"transB": 1, "alpha": 0.5}, (5, 1)),  # C broadcast along the columns
+    ({"transA": 1, "transB": 1, "alpha": 0.25, "beta": -2.0}, ()),  # a scalar C
+    ({"beta": 0.0}, (5, 3)),  # beta 0 leaves C out
+])
+def test_gemm(attributes: dict, c: tuple[int, ...] | None) -> None:
+    m, k, n = 5, 7, 3
+    a = normal(k, m) if attributes.get("transA") else normal(m, k)
+    b = normal(n, k, seed=1) if attributes.get("transB") else normal(k, n, seed=1)
+    text = check_node("Gemm", {"a": a, "b": b, "c": None if c is None else normal(*c, seed=2)}, attributes)
+    assert (" c[" in text) == (c is not None and attributes.get("beta") != 0.0)
+
+
+def test_gemm_at_round_shapes() -> None:
+    check_node("Gemm", {"a": normal(16, 8), "b": normal(8, 4, seed=1), "c": normal(16, 4, seed=2)})
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("ij,jk->ik", [(5, 7), (7, 3)]),
+    ("bij,bjk->bik", [(2, 4, 8), (2, 8, 4)]),
+    ("ij->ji", [(3, 5)]),  # no summed letter: one `=` line
+    ("ii->i", [(4, 4)]),  # a repeated letter reads the diagonal
+    ("ii", [(5, 5)]),  # implicit output: the trace
+    ("ij,kj", [(3, 5), (7, 5)]),  # implicit output: the letters seen once, sorted
+    ("i,i->", [(7,), (7,)]),
+    ("...ij,...jk->...ik", [(2, 3, 5), (2, 5, 4)]),
+    ("...ij,jk->...ik", [(2, 1, 3, 5), (5, 4)]),
+    ("b...,b...->b...", [(3, 1, 5), (3, 2, 5)]),  # ellipsis dimensions broadcast
+    ("Ab, bc, cd -> Ad", [(3, 5), (5, 7), (7, 2)]),
+])
+def test_einsum(equation: str, shapes: list[tuple[int, ...]]) -> None:
+    check_node("Einsum", {f"x{i}": normal(*shape, seed=i) for i, shape in enumerate(shapes)}, {"equation": equation})
+
+
+def test_einsum_writes_one_accumulation_line() -> None:
+    text = check_node("Einsum", {"x0": normal(5, 7), "x1": normal(7, 3, seed=1)}, {"equation": "ij,jk->ik"})
+    assert "5 3 7 y[{0},{1}] += x0[{0},{2}] * x1[{2},{1}]" in text
+
+
+CONV = [
+    # x, w, attributes
+    ((1, 3, 7, 9), (4, 3, 3, 2), {}),
+    ((2, 4, 8, 8), (8, 4, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((1, 3, 7, 9), (4, 3, 3, 2), {"pads": [1, 0, 2, 1], "strides": [2, 1]}),  # asymmetric pads
+    ((1, 3, 7, 9), (4, 3, 3, 2), {"strides": [2, 2], "dilations": [2, 1]}),
+    ((1, 4, 7, 9), (6, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
+    ((1, 5, 7, 9), (5, 1, 3, 3), {"group": 5, "strides": [2, 2]}),  # depthwise
+    ((1, 3, 7, 9), (4, 3, 3, 2), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((1, 3, 7, 9), (4, 3, 3, 2), {"auto_pad": "SAME_LOWER"}),
+    ((1, 3, 7, 9), (4, 3, 3, 2), {"auto_pad": "VALID", "strides": [1, 3]}),
+    ((1, 3, 7, 9), (4, 3, 3, 2), {"kernel_shape": [3, 2], "pads": [0, 1, 0, 1]}),
+    ((2, 3, 13), (5, 3, 3), {"strides": [2], "dilations": [2], "pads": [2, 1]}),  # 1-D
+    ((1, 2, 5, 6, 7), (3, 2, 3, 2, 3), {"pads": [1, 0, 1, 0, 1, 1], "strides": [1, 2, 2]}),  # 3-D
+    ((1, 3, 7, 9), (4, 3, 1, 1), {}),  # a 1x1 convolution has no tap loops
+]
+
+
+@pytest.mark.parametrize("x, w, attributes", CONV)
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv(x: tuple[int, ...], w: tuple[int, ...], attributes: dict, bias: bool) -> None:
+    inputs = {"x": normal(*x), "w": normal(*w, seed=1), "b": normal(w[0], seed=2) if bias else None}
+    check_node("Conv", inputs, attributes, constants=("w", "b") if bias else ("w",))
+
+
+def test_conv_reads_its_input_directly_without_pads() -> None:
+    text = check_node("Conv", {"x": normal(1, 3, 7, 9), "w": normal(4, 3, 3, 2, seed=1)})
+    assert "padded" not in text
+    assert "4 5 8 3 3 2 y[0,{0},{1},{2}] += x[0,{3},{1}+{4},{2}+{5}] * w[{0},{3},{4},{5}]" in text
+
+
+CONV_TRANSPOSE = [
+    ((1, 3, 5, 6), (3, 4, 3, 2), {}),
+    ((2, 4, 4, 4), (4, 8, 3, 3), {"strides": [2, 2]}),
+    ((1, 3, 5, 6), (3, 2, 3, 2), {"strides": [2, 3], "pads": [1, 0, 0, 1]}),
+    ((1, 3, 5, 6), (3, 2, 3, 3), {"strides": [2, 2], "output_padding": [1, 0]}),
+    ((1, 3, 5, 6), (3, 2, 3, 2), {"strides": [2, 1], "dilations": [2, 2], "pads": [2, 1, 1, 0]}),
+    ((1, 4, 5, 6), (4, 3, 3, 2), {"group": 2, "strides": [2, 3], "pads": [1, 0, 0, 1], "output_padding": [1, 1]}),
+    ((1, 3, 5, 6), (3, 1, 3, 3), {"group": 3}),  # depthwise
+    ((1, 2, 5, 6), (2, 3, 3, 2), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ((1, 2, 5, 6), (2, 3, 3, 2), {"strides": [2, 2], "auto_pad": "SAME_LOWER"}),
+    ((1, 2, 5, 6), (2, 3, 3, 2), {"strides": [2, 2], "output_shape": [10, 12]}),
+    ((2, 3, 7), (3, 2, 3), {"strides": [3], "pads": [1, 2]}),  # 1-D
+    ((1, 2, 3, 4, 5), (2, 2, 2, 3, 2), {"strides": [2, 1, 2], "pads": [0, 1, 1, 1, 0, 0]}),  # 3-D
+]
+
+
+@pytest.mark.parametrize("x, w, attributes", CONV_TRANSPOSE)
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv_transpose(x: tuple[int, ...], w: tuple[int, ...], attributes: dict, bias: bool) -> None:
+    group = attributes.get("group", 1)
+    inputs = {"x": normal(*x), "w": normal(*w, seed=1), "b": normal(w[1] * group, seed=2) if bias else None}
+    check_node("ConvTranspose", inputs, attributes)
+
+
+def node(op: str, inputs: list[tuple[int, ...]], output: tuple[int, ...], attributes: dict, dtype: str = "f32",
+         outputs: int = 1) -> Node:
+    """A node built by hand, for the cases ONNX Runtime itself does not run."""
+    values = tuple(Value(f"x{i}", dtype, shape) for i, shape in enumerate(inputs))
+    return Node("n", op, values, tuple(Value(f"y{i}", dtype, output) for i in range(outputs)), attributes)
+
+
+@pytest.mark.parametrize("refused, feature", [
+    (node("Gemm", [(5, 7), (7, 3)], (5, 3), {"alpha": 0.5}, dtype="i32"), "dtype"),
+    (node("Conv", [(1, 3, 7, 9), (4, 3, 3, 3)], (1, 4, 7, 9), {"auto_pad": "SAME_UPPER", "dilations": [2, 2]}),
+     "dynamic shape"),
+    (node("Conv", [(1, 3, 7, 9), (4, 3, 3, 3)], (1, 4, 7, 9), {}), "dynamic shape"),  # shapes that disagree
+    (node("Einsum", [(3, 5), (5, 7)], (3, 7), {"equation": "ij,jkl->ik"}), "dynamic shape"),  # a rank that disagrees
+    (node("ConvTranspose", [(1, 3, 5, 5), (3, 2, 3, 3)], (1, 2, 13, 13), {"output_shape": [13, 13]}),
+     "dynamic shape"),  # larger than the full result: not a crop of it
+])
+def test_refused(refused: Node, feature: str) -> None:
+    with pytest.raises(Unsupported) as error:
+        kernel_for(refused)
+    assert error.value.feature == feature
