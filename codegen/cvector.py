@@ -505,7 +505,8 @@ def _horizontal_helper(func: str, dtype: str, lanes: int) -> str:
 # correctly rounded result, with numpy's special values: exp(-inf) = 0,
 # exp(inf) = inf, overflow to inf and gradual underflow to subnormals and 0;
 # log(0) = -inf, log(negative) = NaN, log(inf) = inf, subnormal arguments;
-# tanh(+-inf) = +-1; NaN gives NaN. `S(m, a, b)`: lanes of a where m, else b.
+# tanh(+-inf) = +-1; NaN gives NaN. Lanes are chosen by masks (a comparison's
+# all-ones lanes), never by a loop over lanes, which GCC leaves scalar.
 _F32_MATH = {
     "exp": """
 #if defined(__AVX512F__) && {N} == 16
@@ -534,10 +535,9 @@ static inline {V} dojo_exp_f32x{N}({V} x)
     {V} n = x * 1.44269504088896341f + 12582912.0f;
     n = n - 12582912.0f; /* round(x / ln 2) */
     /* 2^n between 2^-150 (0) and 2^128 (inf); a NaN n becomes -150 and its r stays NaN */
-    for (int k = 0; k < {N}; ++k) {{
-        float t = n[k] > -150.0f ? n[k] : -150.0f;
-        n[k] = t < 128.0f ? t : 128.0f;
-    }}
+    const {V} zero = {{0}};
+    n = ({V})((({M})n & (n > -150.0f)) | (({M})(zero - 150.0f) & ~(n > -150.0f)));
+    n = ({V})((({M})n & (n < 128.0f)) | (({M})(zero + 128.0f) & ~(n < 128.0f)));
     {V} r = x - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
     {V} p = r * 1.9875691500e-4f + 1.3981999507e-3f;
@@ -549,9 +549,7 @@ static inline {V} dojo_exp_f32x{N}({V} x)
     /* times 2^n as two factors, each a normal float: overflow and subnormals round once */
     {M} k = __builtin_convertvector(n, {M}), k1 = k >> 1, k2 = k - k1;
     {V} y = p * ({V})((k1 + 127) << 23) * ({V})((k2 + 127) << 23);
-    for (int k = 0; k < {N}; ++k)
-        y[k] = x[k] < -104.0f ? 0.0f : y[k]; /* below half the least subnormal, -inf included */
-    return y;
+    return ({V})(({M})y & ~(x < -104.0f)); /* 0 below half the least subnormal, -inf included */
 #endif
 }}""",
     "log": """
@@ -602,10 +600,8 @@ static inline {V} dojo_tanh_f32x{N}({V} x)
     {V} far = 1.0f - 2.0f / (dojo_exp_f32x{N}(a + a) + 1.0f); /* 1 for large |x|, inf included */
     far = ({V})(({M})far | sign);
     {M} small = a < 0.625f;
-    {V} y = ({V})((({M})near & small) | (({M})far & ~small));
-    for (int k = 0; k < {N}; ++k)
-        y[k] = x[k] != x[k] ? x[k] : y[k];
-    return y;
+    {M} keep = small | (x != x); /* NaN stays NaN */
+    return ({V})((({M})near & keep) | (({M})far & ~keep));
 }}""",
 }
 

@@ -33,7 +33,7 @@ def encode(program: Program, inputs: Mapping[str, np.ndarray]) -> bytes:
     C-order array of its dtype at its full logical shape."""
     parts = []
     for name, dtype, shape in interface(program, program.inputs):
-        array = np.ascontiguousarray(inputs[name], dtype=NUMPY_DTYPES[dtype])
+        array = np.asarray(inputs[name], dtype=NUMPY_DTYPES[dtype], order="C")  # ascontiguousarray makes a scalar 1-d
         if array.shape != shape:
             raise ValueError(f"input `{name}` has shape {array.shape}, the kernel declares {shape}")
         parts.append(array.tobytes())

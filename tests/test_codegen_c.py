@@ -378,6 +378,10 @@ def test_vector_math_is_accurate_with_special_values(cache: Path) -> None:
     assert "static inline vf32x16 dojo_exp_f32x16(vf32x16 x)" in source and "expf(" not in source
     assert "dojo_log_f32x8(vf32x8 x)" in source and "dojo_exp_f32x4" in source  # tanh calls exp
     assert "r[k] = exp(a[k])" in source  # f64
+    for helper in ("dojo_exp_f32x4", "dojo_log_f32x8", "dojo_tanh_f32x4"):
+        start = source.index(f"{helper}(vf32")
+        body = source[start:source.index("\n}\n", start)]
+        assert "for (" not in body, f"{helper} picks lanes in a loop, which GCC leaves scalar"
     inputs = math_inputs()
     check_math(compiled_outputs(program, inputs, cache), inputs["x"])
 

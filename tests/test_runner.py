@@ -76,6 +76,13 @@ def test_a_library_kernel_runs_and_verifies(runner: LocalRunner) -> None:
     assert result.target == "native"
 
 
+def test_a_kernel_with_a_scalar_input_runs_and_verifies(runner: LocalRunner) -> None:
+    """A rank-0 input (an ONNX scalar) is passed at rank 0, not as a one-element vector."""
+    result = runner.run(load("kernel k(x, s) -> y\n\nx f32 [5] heap\ns f32 [] heap\ny f32 [5] heap\n\n"
+                             "5 y[{0}] = x[{0}] * s[]\n"), repeats=2)
+    assert result.error is None and result.verified is True
+
+
 def test_a_derived_program_with_threads_and_vectors_verifies_against_its_spec(runner: LocalRunner) -> None:
     program = load(derived(SOFTMAX, MOVES))
     result = runner.run(program, repeats=3, spec=load(SOFTMAX))

@@ -43,10 +43,9 @@ static inline vf32x16 dojo_exp_f32x16(vf32x16 x)
     vf32x16 n = x * 1.44269504088896341f + 12582912.0f;
     n = n - 12582912.0f; /* round(x / ln 2) */
     /* 2^n between 2^-150 (0) and 2^128 (inf); a NaN n becomes -150 and its r stays NaN */
-    for (int k = 0; k < 16; ++k) {
-        float t = n[k] > -150.0f ? n[k] : -150.0f;
-        n[k] = t < 128.0f ? t : 128.0f;
-    }
+    const vf32x16 zero = {0};
+    n = (vf32x16)(((vi32x16)n & (n > -150.0f)) | ((vi32x16)(zero - 150.0f) & ~(n > -150.0f)));
+    n = (vf32x16)(((vi32x16)n & (n < 128.0f)) | ((vi32x16)(zero + 128.0f) & ~(n < 128.0f)));
     vf32x16 r = x - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
     vf32x16 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
@@ -58,9 +57,7 @@ static inline vf32x16 dojo_exp_f32x16(vf32x16 x)
     /* times 2^n as two factors, each a normal float: overflow and subnormals round once */
     vi32x16 k = __builtin_convertvector(n, vi32x16), k1 = k >> 1, k2 = k - k1;
     vf32x16 y = p * (vf32x16)((k1 + 127) << 23) * (vf32x16)((k2 + 127) << 23);
-    for (int k = 0; k < 16; ++k)
-        y[k] = x[k] < -104.0f ? 0.0f : y[k]; /* below half the least subnormal, -inf included */
-    return y;
+    return (vf32x16)((vi32x16)y & ~(x < -104.0f)); /* 0 below half the least subnormal, -inf included */
 #endif
 }
 static inline float dojo_hadd_f32x2(vf32x2 a) { return a[0] + a[1]; }
