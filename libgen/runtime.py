@@ -63,9 +63,15 @@ class Array:
 
     def aligned_empty(self) -> np.ndarray:
         """A new array of this dtype and shape, 64-byte aligned."""
-        raw = np.empty(self.nbytes + ALIGNMENT, np.uint8)
-        start = -raw.ctypes.data % ALIGNMENT
-        return raw[start:start + self.nbytes].view(self.numpy_dtype).reshape(self.shape)
+        return aligned_empty(self.numpy_dtype, self.shape)
+
+
+def aligned_empty(dtype: np.dtype, shape: Sequence[int]) -> np.ndarray:
+    """A new array of `dtype` and `shape` whose data starts at a 64-byte boundary."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from runner.files import write_atomically
 
 from ..kernels import RESERVED
 from .catalogue import FOLDED, NOT_EXPRESSIBLE, kernel_for
+from .fuse import fuse_graph
 from .nodes import DTYPES, Kernel, Node, Unsupported, Value, identifier
 from .registry import OPERATORS
 
@@ -97,7 +98,8 @@ class Imported:
 # -- reading the model ----------------------------------------------------------------------------
 
 
-def _load(model: onnx.ModelProto | str | Path) -> tuple[str, onnx.ModelProto]:
+def load_model(model: onnx.ModelProto | str | Path) -> tuple[str, onnx.ModelProto]:
+    """The model's name (its file's) and the model; ModelError naming the file when it is none."""
     if isinstance(model, onnx.ModelProto):
         return f"{model.graph.name or 'model'}.onnx", model
     path = Path(model)
@@ -311,7 +313,7 @@ def _calls(model: str, groups: list[tuple[tuple[Node, ...], Kernel]]) -> tuple[d
 def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> Imported:
     """The kernels, calls and skipped nodes of `model` (a file or a loaded model); ModelError when
     it cannot be read."""
-    name, proto = _load(model)
+    name, proto = load_model(model)
     proto = _infer(name, proto)
     graph = proto.graph
     opset = next((o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS), 1)
@@ -341,8 +343,6 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
             graph_nodes.append((node, result))
 
     if fuse:
-        from .fuse import fuse_graph  # the runner helper's module; imported only when asked for
-
         groups = [(tuple(nodes), kernel) for nodes, kernel in
                   fuse_graph(graph_nodes, keep={o.name for o in graph.output})]
     else:

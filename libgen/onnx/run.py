@@ -19,7 +19,6 @@ so a run only copies the inputs in and the outputs out. `run` is not reentrant: 
 from __future__ import annotations
 
 import json
-import math
 import os
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -30,15 +29,13 @@ from typing import Any
 
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
-from ..runtime import Library
+from ..runtime import Library, aligned_empty
 
 VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
                     "Bernoulli"})  # never folded into constants
-ALIGNMENT = 64
 # read when this module loads, before a library's OpenMP may pin the thread to one core
 CORES = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
 Shape = tuple[int, ...]
@@ -125,7 +122,7 @@ class ModelRunner:
         for unit in units:
             self.placement.update((names[i], unit.kind) for i in unit.nodes)
         self._fixed = {name: _aligned_copy(value) for name, value in self._constants.items()}
-        self._fixed.update((name, _aligned_empty(info.dtype, info.shape)) for name, info in self.inputs.items())
+        self._fixed.update((name, aligned_empty(info.dtype, info.shape)) for name, info in self.inputs.items())
         self._steps = [step for unit in _merged(units, self.outputs) for step in self._plan(unit)]
 
     # -- what ran where -----------------------------------------------------------------------------
@@ -144,7 +141,7 @@ class ModelRunner:
         """The buffer of `name`, allocated now when its shape is known; None when it is made only
         during the run."""
         if name not in self._fixed and _shape(self.infos, name) is not None:
-            self._fixed[name] = _aligned_empty(self.infos[name].dtype, self.infos[name].shape)
+            self._fixed[name] = aligned_empty(self.infos[name].dtype, self.infos[name].shape)
         return self._fixed.get(name)
 
     def _plan(self, unit: _Unit) -> list[Any]:
@@ -255,12 +252,12 @@ def import_in_memory(path: Path, fuse: bool) -> Any:
 
 
 def read_model(path: Path) -> onnx.ModelProto:
+    from .importer import ModelError, load_model
+
     try:
-        return onnx.load(str(path))
-    except OSError as error:
-        raise RunError(f"{path}: cannot read the model: {error}") from None
-    except DecodeError as error:
-        raise RunError(f"{path}: not an ONNX model: {error}") from None
+        return load_model(path)[1]
+    except ModelError as error:
+        raise RunError(str(error).replace(": error: ", ": ", 1)) from None
 
 
 def read_inputs(path: Path) -> dict[str, np.ndarray]:
@@ -457,15 +454,8 @@ def all_cores() -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-def _aligned_empty(dtype: np.dtype, shape: Shape) -> np.ndarray:
-    nbytes = math.prod(shape) * dtype.itemsize
-    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
-
-
 def _aligned_copy(value: np.ndarray) -> np.ndarray:
-    copy = _aligned_empty(value.dtype, value.shape)
+    copy = aligned_empty(value.dtype, value.shape)
     copy[...] = value
     return copy
 
