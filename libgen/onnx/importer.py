@@ -235,8 +235,11 @@ def _value(name: str, tensors: Mapping[str, Tensor], constants: Mapping[str, np.
     tensor = tensors.get(name)
     if tensor is None or tensor.dims is None:
         raise Unsupported("dynamic shape", f"`{name}` has no known shape")
-    if not all(isinstance(d, int) and d > 0 for d in tensor.dims):
-        raise Unsupported("dynamic shape", f"`{name}` has shape [{', '.join(map(str, tensor.dims))}]")
+    shown = f"`{name}` has shape [{', '.join(map(str, tensor.dims))}]"
+    if not all(isinstance(d, int) for d in tensor.dims):
+        raise Unsupported("dynamic shape", shown)
+    if 0 in tensor.dims:
+        raise Unsupported("empty tensor", shown)
     if tensor.elem_type not in DTYPES:
         raise Unsupported("dtype", f"`{name}` is {onnx.TensorProto.DataType.Name(tensor.elem_type).lower()}")
     return Value(name, DTYPES[tensor.elem_type], tuple(tensor.dims))

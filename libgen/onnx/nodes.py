@@ -41,6 +41,7 @@ FEATURES = {
     "random": "its result is random",
     "not a tensor": "it works on sequences, maps, optionals or strings",
     "dynamic shape": "a shape is not known when the model is imported",
+    "empty tensor": "a tensor has no elements, and the format's dimensions are at least 1",
     "not written": "the catalogue has no entry for it yet",
 }
 

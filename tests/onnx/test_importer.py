@@ -121,6 +121,17 @@ def test_a_symbolic_dimension_skips_the_nodes_that_see_it():
     assert imported.to_json()["inputs"][0] == {"name": "x", "dtype": "f32", "shape": ["batch", 5]}
 
 
+def test_an_empty_tensor_skips_its_node():
+    nodes = [helper.make_node("Slice", ["x", "s", "e"], ["y"], name="slice"),
+             helper.make_node("Relu", ["x"], ["z"], name="relu")]
+    starts, ends = (numpy_helper.from_array(np.array([v], np.int64), n) for n, v in (("s", 2), ("e", 2)))
+    proto = model(nodes, [tensor("x", [5])], [tensor("y", [0]), tensor("z", [5])], [starts, ends])
+    imported = import_model(proto)
+    (skipped,) = imported.skipped
+    assert (skipped.node, skipped.feature) == ("slice", "empty tensor") and "[0]" in skipped.detail
+    assert [c.nodes for c in imported.calls] == [("relu",)]
+
+
 def test_a_dtype_the_format_lacks_is_skipped():
     proto = model([helper.make_node("Abs", ["x"], ["y"], name="abs")], [tensor("x", [3], TensorProto.FLOAT16)],
                   [tensor("y", [3], TensorProto.FLOAT16)])
