@@ -25,7 +25,7 @@ one file, so that a model's repeated layers are tuned once; a kernel is named af
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from dojo_ir import DojoError, load
 from runner.files import write_atomically
 
 from ..kernels import RESERVED
@@ -101,15 +102,29 @@ class Imported:
 def load_model(model: onnx.ModelProto | str | Path) -> tuple[str, onnx.ModelProto]:
     """The model's name (its file's) and the model; ModelError naming the file when it is none."""
     if isinstance(model, onnx.ModelProto):
-        return f"{model.graph.name or 'model'}.onnx", model
-    path = Path(model)
+        name, proto = f"{model.graph.name or 'model'}.onnx", model
+    else:
+        path = Path(model)
+        name = path.name
+        try:
+            # onnx refuses external data outside the model's directory (an absolute path, `..`, a link)
+            proto = onnx.load(path)
+        except (OSError, ValueError, TypeError, DecodeError, onnx.checker.ValidationError) as error:
+            raise ModelError(f"{path}: error: cannot read an ONNX model: {error}") from None
+        if not proto.HasField("graph"):  # protobuf reads an empty file, and some others, as an empty message
+            raise ModelError(f"{path}: error: cannot read an ONNX model: it has no graph")
     try:
-        proto = onnx.load(path)
-    except (OSError, ValueError, DecodeError) as error:
-        raise ModelError(f"{path}: error: cannot read an ONNX model: {error}") from None
-    if not proto.HasField("graph"):  # protobuf reads an empty file, and some others, as an empty message
-        raise ModelError(f"{path}: error: cannot read an ONNX model: it has no graph")
-    return path.name, proto
+        # every node as its operator's schema defines it, so that the catalogue reads well-formed attributes
+        onnx.checker.check_model(proto)
+    except (onnx.checker.ValidationError, ValueError) as error:  # a name that is not UTF-8: a ValueError
+        raise ModelError(f"{name}: error: not a valid ONNX model: {str(error).strip().splitlines()[0]}") from None
+    graph = proto.graph
+    names = [text for node in graph.node for text in (node.name, node.op_type, node.domain, *node.input,
+                                                       *node.output)]
+    names += [value.name for value in (*graph.input, *graph.output, *graph.value_info, *graph.initializer)]
+    if not all(isinstance(text, str) for text in names):  # protobuf gives a string that is not UTF-8 as bytes
+        raise ModelError(f"{name}: error: not a valid ONNX model: a name is not UTF-8 text")
+    return name, proto
 
 
 def _infer(name: str, model: onnx.ModelProto) -> onnx.ModelProto:
@@ -171,12 +186,24 @@ def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, list):
+        return _jsonable(value.tolist())
+    if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
+    if isinstance(value, bytes):  # a string tensor's elements
+        return value.decode("utf-8", errors="replace")
     if isinstance(value, (int, float, str, bool)) or value is None:
         return value
     return f"<{type(value).__name__}>"  # a subgraph
+
+
+def _initializers(name: str, graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    constants = {}
+    for tensor in graph.initializer:
+        try:
+            constants[tensor.name] = numpy_helper.to_array(tensor)
+        except (ValueError, TypeError, KeyError) as error:  # its data does not fill its shape; an unknown type
+            raise ModelError(f"{name}: error: initializer `{tensor.name}` cannot be read: {error}") from None
+    return constants
 
 
 def _node_names(graph: onnx.GraphProto) -> list[str]:
@@ -269,9 +296,22 @@ def _kernel(node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[str, T
             kernel_for(loose)  # raises the operator's reason before any shape is asked for
         full = Node(name, node.op_type, tuple(n and _value(n, tensors, constants) for n in inputs),
                     tuple(_value(n, tensors, constants) for n in outputs), attributes, opset)
-        return full, kernel_for(full)
+        return full, _checked(kernel_for, full)
     except Unsupported as why:
         return loose, why
+
+
+def _checked(build: Callable[[Node], Kernel], node: Node) -> Kernel:
+    """`build(node)`, a kernel the format accepts. A node that passes onnx's checker can still
+    declare shapes its operator cannot give (the checker does not infer them), and a builder then
+    finds its arithmetic does not add up; that node is invalid, not the import."""
+    try:
+        kernel = build(node)
+        load(kernel.render())
+    except (AssertionError, ArithmeticError, LookupError, StopIteration, TypeError, ValueError, DojoError) as error:
+        raise Unsupported("invalid", f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                          ) from None
+    return kernel
 
 
 # -- kernels ------------------------------------------------------------------------------------------------
@@ -321,7 +361,7 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
     graph = proto.graph
     opset = next((o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS), 1)
     tensors = _tensors(graph)
-    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    constants = _initializers(name, graph)
     names = _node_names(graph)
 
     graph_nodes: list[tuple[Node, Kernel | None]] = []

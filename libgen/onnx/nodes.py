@@ -43,6 +43,7 @@ FEATURES = {
     "dynamic shape": "a shape is not known when the model is imported",
     "empty tensor": "a tensor has no elements, and the format's dimensions are at least 1",
     "not written": "the catalogue has no entry for it yet",
+    "invalid": "its shapes or attributes disagree with its operator's definition",
 }
 
 _KEYWORDS = frozenset({"kernel", "spec", "move", "inf", "heap", "stack", "shared", *DTYPES.values(),
