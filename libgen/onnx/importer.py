@@ -113,12 +113,25 @@ def load_model(model: onnx.ModelProto | str | Path) -> tuple[str, onnx.ModelProt
             raise ModelError(f"{path}: error: cannot read an ONNX model: {error}") from None
         if not proto.HasField("graph"):  # protobuf reads an empty file, and some others, as an empty message
             raise ModelError(f"{path}: error: cannot read an ONNX model: it has no graph")
-    try:
-        # every node as its operator's schema defines it, so that the catalogue reads well-formed attributes
-        onnx.checker.check_model(proto)
-    except (onnx.checker.ValidationError, ValueError) as error:  # a name that is not UTF-8: a ValueError
-        raise ModelError(f"{name}: error: not a valid ONNX model: {str(error).strip().splitlines()[0]}") from None
     graph = proto.graph
+    # every node as its operator's schema defines it, so that the catalogue reads well-formed attributes
+    # (the nodes alone: check_model also wants every declared type to have a shape, which ORT does not)
+    context = onnx.checker.C.CheckerContext()
+    context.ir_version = proto.ir_version
+    context.opset_imports = {o.domain: o.version for o in proto.opset_import}
+    for node in graph.node:
+        try:
+            onnx.checker.check_node(node, context)
+        except (onnx.checker.ValidationError, ValueError) as error:  # a name that is not UTF-8: a ValueError
+            message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ModelError(f"{name}: error: not a valid ONNX model: {message}") from None
+    made = {value.name for value in (*graph.input, *graph.initializer)} | {""}
+    for node in graph.node:
+        missing = next((value for value in node.input if value not in made), None)
+        if missing is not None:  # ONNX lists a graph's nodes in an order that runs it
+            raise ModelError(f"{name}: error: not a valid ONNX model: node `{node.name or node.op_type}` reads "
+                             f"`{missing}`, which no earlier node makes and the graph does not give")
+        made.update(node.output)
     names = [text for node in graph.node for text in (node.name, node.op_type, node.domain, *node.input,
                                                        *node.output)]
     names += [value.name for value in (*graph.input, *graph.output, *graph.value_info, *graph.initializer)]
