@@ -1,10 +1,11 @@
 """`dojo model run`: an ONNX model run on a tuned library, with ONNX Runtime for the nodes it lacks.
 
-    runner = ModelRunner("encoder.onnx", "build/encoder_lib", fuse=True)
+    runner = ModelRunner("encoder.onnx", "build/encoder_lib")
     outputs = runner.run({"x": x})                 # the graph's outputs by name
     runner.placement      # node name -> "library", "onnxruntime", "view", "constant" or "unused"
 
-The model is imported in memory as `dojo import` would write it (`import_model`). A call of the
+The model is imported in memory as `dojo import` would write it (`import_model`), fused or not as
+asked, or else as the import whose kernels the library holds more of. A call of the
 import runs on the library's kernel of its name only when that kernel was built from the same spec
 (the manifest's `spec_hash` is `text_hash` of the imported kernel), so a library built from another
 model or another import never computes something else. Reshape, Flatten, Squeeze, Unsqueeze and
@@ -95,11 +96,11 @@ class _SessionStep:
 class ModelRunner:
     """The model at `model_path` run on the library at `library_dir` (see the module's docstring)."""
 
-    def __init__(self, model_path: str | Path, library_dir: str | Path, fuse: bool = False):
+    def __init__(self, model_path: str | Path, library_dir: str | Path, fuse: bool | None = None):
         model_path, library_dir = Path(model_path), Path(library_dir)
         library, hashes = open_library(library_dir)
         model = read_model(model_path)
-        imported = import_in_memory(model_path, fuse)
+        imported = import_in_memory(model_path, fuse, hashes)
         self.model = model_path.name
         self._model, self._library, self._nodes = model, library, list(model.graph.node)
         names = [entry["name"] for entry in imported.nodes]  # one per node, in the graph's order
@@ -241,14 +242,22 @@ def open_library(directory: Path) -> tuple[Library, dict[str, str]]:
         raise RunError(f"{directory}: cannot load the library: {error}") from None
 
 
-def import_in_memory(path: Path, fuse: bool) -> Any:
-    """What `dojo import` would write for the model at `path`."""
+def import_in_memory(path: Path, fuse: bool | None, hashes: Mapping[str, str]) -> Any:
+    """What `dojo import` would write for the model at `path`, with `--fuse` or not; None: the
+    import of which the library holds more kernels, the unfused one when they tie."""
+    from agent.evaluate import text_hash
+    from dojo_ir import load
+
     from .importer import ModelError, import_model  # the importer loads the operator catalogue
 
+    def held(imported: Any) -> int:
+        return sum(hashes.get(name) == text_hash(load(text)) for name, text in imported.kernels.items())
+
     try:
-        return import_model(path, fuse=fuse)
+        imports = [import_model(path, fuse=choice) for choice in ([False, True] if fuse is None else [fuse])]
     except ModelError as error:
         raise RunError(str(error).replace(": error: ", ": ", 1)) from None
+    return max(imports, key=held)
 
 
 def read_model(path: Path) -> onnx.ModelProto:

@@ -24,8 +24,10 @@ def add_to(commands: argparse._SubParsersAction) -> None:
                       "the files `dojo import` made of this model")
     run_.add_argument("--inputs", required=True, metavar="IN.npz", help="the model's inputs, by name (numpy.savez)")
     run_.add_argument("--out", "-o", required=True, metavar="OUT.npz", help="where to write the model's outputs")
-    run_.add_argument("--fuse", action="store_true", help="the model as `dojo import --fuse` imports it (use it when "
-                      "the library was built from a fused import)")
+    fusing = run_.add_mutually_exclusive_group()
+    fusing.add_argument("--fuse", action="store_true", default=None, help="the model as `dojo import --fuse` imports "
+                        "it (default: the import, fused or not, whose kernels the library holds more of)")
+    fusing.add_argument("--no-fuse", action="store_false", dest="fuse", help="the model as `dojo import` imports it")
     run_.add_argument("--json", action="store_true", help="where each node ran, as JSON")
     run_.set_defaults(run=cmd_model_run)
 

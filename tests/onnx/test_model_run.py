@@ -73,7 +73,6 @@ def test_a_model_with_an_unsupported_node_gives_onnxruntimes_outputs(topk: tuple
                                 "/Softmax": "library"}
     assert_runs_as_onnxruntime(runner, path)
 
-
 def test_a_library_built_from_another_import_is_not_used(topk: tuple[Path, Path], tmp_path: Path) -> None:
     _, library = topk
     other = tmp_path / "taller.onnx"  # the same operators and kernel names, more rows: other specs
@@ -88,14 +87,18 @@ def test_a_library_built_from_another_import_is_not_used(topk: tuple[Path, Path]
     assert_runs_as_onnxruntime(fused, topk[0])
 
 
-def test_a_fused_conv_block_runs_wholly_on_its_library(tmp_path: Path) -> None:
+def test_a_fused_conv_block_runs_wholly_on_its_library_fused_or_not_found_by_itself(tmp_path: Path) -> None:
     path, library = library_of(conv_block(batch=2, channels=3, size=7, features=(4, 6), classes=5), tmp_path,
                                "mr_conv", fuse=True)
-    runner = ModelRunner(path, library, fuse=True)
+    runner = ModelRunner(path, library)  # the fused import: the library holds its kernels, not the other's
     assert set(runner.placement.values()) == {"library", "view"}
     assert runner.placement["/flatten/Flatten"] == "view"
     assert runner.placement["/bn1/BatchNormalization"] == runner.placement["/relu1/Relu"] == "library"
     assert_runs_as_onnxruntime(runner, path)
+    unfused = ModelRunner(path, library, fuse=False)  # asked for: only the kernels both imports share run on it
+    assert unfused.placement["/conv1/Conv"] == "library"
+    assert unfused.placement["/bn1/BatchNormalization"] == unfused.placement["/relu1/Relu"] == "onnxruntime"
+    assert_runs_as_onnxruntime(unfused, path)
 
 
 def test_values_of_data_dependent_shape_pass_between_onnxruntime_sessions(tmp_path: Path) -> None:
