@@ -15,6 +15,10 @@ temporary, every other value it makes stays an output, and a value that several 
 one input. Then a temporary that one plain line writes whole and one later line reads is written
 into that line's expression (`_inline`): an elementwise chain becomes one line, one scope of one
 operation, which the heuristic pass vectorises (it leaves scopes of several operations scalar).
+
+A matrix product or a convolution (PRODUCTS) and the Adds after it that keep its shape (a bias, a
+residual) are a group of their own: the product accumulates onto their sum (`_fold`), so that no
+loop nest follows it; when that cannot be written the members stay apart.
 """
 
 from __future__ import annotations
@@ -36,6 +40,11 @@ REDUCTIONS = frozenset({
     "RMSNormalization",
 })
 FUSABLE = ELEMENTWISE | REDUCTIONS
+# A product and the Adds after it (a bias, a residual) are one kernel whose product accumulates onto
+# their sum, as the library's conv1 accumulates onto nothing but its output: no loop nest after the
+# product, whose tile the tuner then keeps in registers.
+PRODUCTS = frozenset({"MatMul", "Gemm", "Conv"})
+EPILOGUE = frozenset({"Add"})
 _ACCESS = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\[")
 _LINE = re.compile(r"(?P<sizes>(?:\d+ )*)(?P<array>[A-Za-z_]\w*)\[(?P<indices>[^\]]*)\] "
                    r"(?P<assign>=|\+=|\*=|max=|min=) (?P<expression>.*)")  # as Kernel.loop writes a line
@@ -56,7 +65,7 @@ def fuse_graph(graph: Sequence[tuple[Node, Kernel | None]],
         for value in node.inputs:
             if value is not None and value.name in producer:
                 successors[producer[value.name]].add(i)
-    group_of = _groups(nodes, kernels, producer, successors)
+    group_of = _groups(nodes, kernels, producer, successors, keep)
     members: dict[int, list[int]] = {}
     for i, group in enumerate(group_of):
         members.setdefault(group, []).append(i)
@@ -67,35 +76,75 @@ def fuse_graph(graph: Sequence[tuple[Node, Kernel | None]],
             continue
         kernel = kernels[covered[0]] if len(covered) == 1 else \
             join([(nodes[i], kernels[i]) for i in covered], _used_outside(covered, nodes, keep))
+        if nodes[covered[0]].op in PRODUCTS and len(kernel.lines) != len(kernels[covered[0]].lines):
+            # an Add that did not fold would be a loop nest after the product: better its own kernel
+            result.extend(((nodes[i],), kernels[i]) for i in covered)
+            continue
         result.append((tuple(nodes[i] for i in covered), kernel))
     return result
 
 
 def _groups(nodes: Sequence[Node], kernels: Sequence[Kernel | None], producer: dict[str, int],
-            successors: Sequence[set[int]]) -> list[int]:
+            successors: Sequence[set[int]], keep: Collection[str]) -> list[int]:
     """Each node's group (the index of its first node), grown greedily in the graph's order."""
     group_of = list(range(len(nodes)))
     groups: dict[int, set[int]] = {i: {i} for i in range(len(nodes))}
-    fusable = [kernel is not None and node.op in FUSABLE for node, kernel in zip(nodes, kernels, strict=True)]
+    written = [kernel is not None for kernel in kernels]
+    products = {i for i, node in enumerate(nodes) if written[i] and node.op in PRODUCTS}  # epilogue groups
+    fusable = [written[i] and node.op in FUSABLE and i not in products for i, node in enumerate(nodes)]
+    readers: dict[str, int] = {}
+    for node in nodes:
+        for value in {v.name for v in node.inputs if v is not None}:
+            readers[value] = readers.get(value, 0) + 1
+
+    def join_groups(choice: list[int], i: int) -> bool:
+        joined = set().union(*(groups[c] for c in choice), {i})
+        if not _convex(joined, successors, group_of, groups):
+            return False
+        target = min(choice)
+        for member in joined:
+            group_of[member] = target
+        for c in choice:
+            if c != target:
+                del groups[c]
+        del groups[i]
+        groups[target] = joined
+        return True
+
     for i, node in enumerate(nodes):
+        if written[i] and node.op in EPILOGUE:
+            head = _epilogue_of(node, producer, group_of, products, readers, keep)
+            if head is not None and join_groups([head], i):
+                continue
         if not fusable[i]:
             continue
         candidates = list(dict.fromkeys(group_of[producer[v.name]] for v in node.inputs
-                                        if v is not None and v.name in producer and fusable[producer[v.name]]))
+                                        if v is not None and v.name in producer and fusable[producer[v.name]]
+                                        and group_of[producer[v.name]] not in products))
         # all the producers' groups at once, else the first one that keeps the calls acyclic
         for choice in ([candidates] if len(candidates) > 1 else []) + [[c] for c in candidates]:
-            joined = set().union(*(groups[c] for c in choice), {i})
-            if _convex(joined, successors, group_of, groups):
-                target = min(choice)
-                for member in joined:
-                    group_of[member] = target
-                for c in choice:
-                    if c != target:
-                        del groups[c]
-                del groups[i]
-                groups[target] = joined
+            if join_groups(choice, i):
                 break
     return group_of
+
+
+def _epilogue_of(node: Node, producer: dict[str, int], group_of: Sequence[int], products: Collection[int],
+                 readers: dict[str, int], keep: Collection[str]) -> int | None:
+    """The product group that the Add `node` can end: one operand is that group's result, read by
+    nothing else, of the Add's own shape and dtype (the other operand broadcasts onto it), and the
+    other operand comes from outside the group."""
+    (result,) = node.outputs
+    groups = [group_of[producer[v.name]] if v is not None and v.name in producer else None for v in node.inputs]
+    for position, value in enumerate(node.inputs):
+        group = groups[position]
+        if group is None or group not in products or value.name in keep or readers.get(value.name) != 1:
+            continue
+        made_last = max(i for i, g in enumerate(group_of) if g == group)
+        others = [g for p, g in enumerate(groups) if p != position]
+        if (producer[value.name] == made_last and (value.shape, value.dtype) == (result.shape, result.dtype)
+                and group not in others):
+            return group
+    return None
 
 
 def _convex(joined: set[int], successors: Sequence[set[int]], group_of: Sequence[int],
@@ -172,9 +221,54 @@ def join(members: Sequence[tuple[Node, Kernel]], needed: Collection[str]) -> Ker
             renamed[array.name] = fused.temporary(f"{kernel.name.rstrip('_')}_{array.name}", array.dtype,
                                                   array.shape).name
         fused.lines.extend(_ACCESS.sub(lambda m, r=renamed: f"{r[m.group(1)]}[", line) for line in kernel.lines)
+    while any(_fold(fused, temporary) for temporary in list(fused.temporaries)):
+        pass  # again: a product's result, having become a bias's sum, may be the next Add's operand
     while any(_inline(fused, temporary) for temporary in list(fused.temporaries)):
         pass  # again: a value read by several lines that have become one is written into it too
     return fused
+
+
+def _fold(kernel: Kernel, temporary: Array) -> bool:
+    """Start the accumulation of `temporary` from the other operand of the one line that adds it
+    to something, `z = t + e`, and accumulate into z: `t = 0; t += a*b; z = t + e` becomes
+    `z = e; z += a*b`. Only when one plain line starts t, only reductions by `+=` follow, the
+    adding line reads nothing else of t's and covers it whole, nothing in between touches z or
+    changes what e reads, and z is t's shape and dtype. Whether it did."""
+    lines = [_LINE.fullmatch(text) for text in kernel.lines]
+    if None in lines:
+        return False
+    writers = [i for i, line in enumerate(lines) if line["array"] == temporary.name]
+    readers = [i for i, line in enumerate(lines) if _reads(line["expression"], temporary.name)]
+    if not writers or len(readers) != 1 or readers[0] <= writers[-1]:
+        return False
+    start, (r,) = writers[0], readers
+    if lines[start]["assign"] != "=" or any(lines[w]["assign"] != "+=" for w in writers[1:]):
+        return False
+    reader, rank = lines[r], len(temporary.shape)
+    target = next(a for a in kernel.arrays if a.name == reader["array"])
+    whole = f"{temporary.name}[{','.join(loops(rank))}]"
+    expression = reader["expression"]
+    addend = expression.removeprefix(f"{whole} + ") if expression.startswith(f"{whole} + ") else \
+        expression.removesuffix(f" + {whole}") if expression.endswith(f" + {whole}") else None
+    if (addend is None or reader["assign"] != "=" or _sizes(reader) != temporary.shape
+            or _indices(reader["indices"]) != loops(rank) or (target.shape, target.dtype) != (temporary.shape,
+                                                                                             temporary.dtype)
+            or _reads(addend, temporary.name)):
+        return False
+    touched = {m.group(1) for m in _ACCESS.finditer(addend)} | {target.name}
+    if any(lines[i]["array"] in touched or _reads(lines[i]["expression"], target.name) for i in range(start, r)):
+        return False
+    indices = _indices(lines[start]["indices"])
+    addend = re.sub(r"\{(\d+)\}", lambda d: _operand(indices[int(d.group(1))]), addend)
+    first = lines[start]["expression"]
+    started = addend if first == "0" else f"{first} + {addend if ' ' not in addend else f'({addend})'}"
+    for i in writers:
+        line = lines[i]
+        expression = started if i == start else line["expression"]
+        kernel.lines[i] = f"{line['sizes']}{target.name}[{line['indices']}] {line['assign']} {expression}"
+    del kernel.lines[r]
+    kernel.temporaries.remove(temporary)
+    return True
 
 
 def _inline(kernel: Kernel, temporary: Array) -> bool:

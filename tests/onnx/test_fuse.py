@@ -117,8 +117,10 @@ def with_kernels(nodes: Sequence[Node]) -> list[tuple[Node, Kernel | None]]:
     return [(n, None if n.op in NUMPY else BUILDERS[n.op](n)) for n in nodes]
 
 
-def assert_fusion_keeps_results(nodes: Sequence[Node], feeds: Mapping[str, np.ndarray],
-                                keep: Sequence[str]) -> list[tuple[tuple[Node, ...], Kernel]]:
+def assert_fusion_keeps_results(nodes: Sequence[Node], feeds: Mapping[str, np.ndarray], keep: Sequence[str],
+                                rtol: float = 0) -> list[tuple[tuple[Node, ...], Kernel]]:
+    """The fused kernels give the unfused ones' results: exactly, or within `rtol` where a product
+    accumulates onto what was added to it after (the same sum, another order)."""
     graph = with_kernels(nodes)
     fused = fuse_graph(graph, keep)
     for _, kernel in fused:
@@ -127,7 +129,7 @@ def assert_fusion_keeps_results(nodes: Sequence[Node], feeds: Mapping[str, np.nd
     assert sorted(covered) == sorted(n.name for n, k in graph if k is not None)
     expected, got = run_unfused(graph, feeds), run_fused(graph, feeds, fused)
     for name in keep:
-        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+        np.testing.assert_allclose(got[name], expected[name], rtol=rtol, atol=rtol, err_msg=name)
     return fused
 
 
@@ -215,7 +217,8 @@ def test_a_group_never_has_a_path_that_leaves_it_and_comes_back() -> None:
     nodes = [node("Relu", [x], r), node("MatMul", [r, w], p), node("Add", [r, p], y)]
     feeds = {"x": np.ones((3, 5), np.float32), "w": np.eye(5, dtype=np.float32)}
     fused = assert_fusion_keeps_results(nodes, feeds, ["y"])
-    assert [[n.op for n in group] for group, _ in fused] == [["Relu"], ["MatMul"], ["Add"]]
+    # Relu and Add would enclose the MatMul; the Add ends the MatMul instead
+    assert [[n.op for n in group] for group, _ in fused] == [["Relu"], ["MatMul", "Add"]]
     unsupported = [node("Relu", [x], r), node("Neg", [r], p), node("Add", [r, p], y)]  # Neg: no kernel
     fused = assert_fusion_keeps_results(unsupported, feeds, ["y"])
     assert [[n.op for n in group] for group, _ in fused] == [["Relu"], ["Add"]]
@@ -293,3 +296,34 @@ def test_a_value_read_by_lines_that_become_one_is_written_into_it() -> None:
     feeds = {"x": normal(3, 5), "b": normal(5, seed=1)}
     [(_, kernel)] = assert_fusion_keeps_results(nodes, feeds, ["y"])
     assert kernel.temporaries == [] and len(kernel.lines) == 1
+
+
+def test_a_product_accumulates_onto_its_bias_and_residual() -> None:
+    """MatMul, Add a bias, Add the residual: one kernel of two lines, the product accumulating onto
+    their sum, so no loop nest follows it; a Relu after that is a kernel of its own."""
+    x, w, c = value("x", 3, 5), value("w", 5, 5), value("c", 5)
+    p, q, r, y = value("p", 3, 5), value("q", 3, 5), value("r", 3, 5), value("y", 3, 5)
+    nodes = [node("MatMul", [x, w], p), node("Add", [p, c], q), node("Add", [x, q], r), node("Relu", [r], y)]
+    rng = np.random.default_rng(2)
+    feeds = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in (x, w, c)}
+    fused = assert_fusion_keeps_results(nodes, feeds, ["y"], rtol=1e-5)
+    assert [[n.op for n in group] for group, _ in fused] == [["MatMul", "Add", "Add"], ["Relu"]]
+    product = fused[0][1]
+    assert not product.temporaries and [a.name for a in product.outputs] == ["y"]
+    arrays = {product.sources[a.name]: a.name for a in product.inputs + product.outputs}
+    assert product.lines == [f"3 5 y[{{0}},{{1}}] = {arrays['c']}[{{1}}] + {arrays['x']}[{{0}},{{1}}]",
+                             f"3 5 5 y[{{0}},{{1}}] += {arrays['x']}[{{0}},{{2}}] * {arrays['w']}[{{2}},{{1}}]"]
+
+
+def test_a_product_read_elsewhere_or_broadcast_by_its_add_is_not_folded() -> None:
+    x, w, row = value("x", 3, 5), value("w", 5, 5), value("row", 1, 5)
+    p, q, e, s = value("p", 3, 5), value("q", 3, 5), value("e", 3, 5), value("s", 3, 5)
+    used_twice = [node("MatMul", [x, w], p), node("Add", [p, x], q), node("Exp", [p], e)]
+    rng = np.random.default_rng(3)
+    feeds = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in (x, w, row)}
+    fused = assert_fusion_keeps_results(used_twice, feeds, ["q", "e"])
+    assert [len(group) for group, _ in fused] == [1, 1, 1]
+    small = value("small", 1, 5)
+    broadcast_result = [node("MatMul", [row, w], small), node("Add", [small, x], s)]  # [1,5] + [3,5]: grows
+    fused = assert_fusion_keeps_results(broadcast_result, feeds, ["s"])
+    assert [len(group) for group, _ in fused] == [1, 1]

@@ -47,8 +47,13 @@ def test_gemm(attributes: dict, c: tuple[int, ...] | None) -> None:
     assert (" c[" in text) == (c is not None and attributes.get("beta") != 0.0)
 
 
-def test_gemm_at_round_shapes() -> None:
-    check_node("Gemm", {"a": normal(16, 8), "b": normal(8, 4, seed=1), "c": normal(16, 4, seed=2)})
+def test_gemm_at_round_shapes_accumulates_onto_c() -> None:
+    """Two lines, as a hand-written product with a bias: C's line, then the product's, whose tile
+    the tuner can keep in registers; no line after it."""
+    text = check_node("Gemm", {"a": normal(16, 8), "b": normal(8, 4, seed=1), "c": normal(16, 4, seed=2)},
+                      {"beta": 0.5})
+    assert text.splitlines()[-2:] == ["16 4 y[{0},{1}] = 0.5 * c[{0},{1}]",
+                                      "16 4 8 y[{0},{1}] += a[{0},{2}] * b[{2},{1}]"]
 
 
 @pytest.mark.parametrize("equation, shapes", [

@@ -195,22 +195,27 @@ def gemm(node: Node) -> Kernel:
     As, Bs = kernel.input(a, "a"), kernel.input(b, "b")
     Cs = kernel.input(c, "c") if c is not None and beta != 0 else None
     ys = kernel.output(y)
+
+    def addend(index: list[str]) -> str:
+        access = Cs.at(broadcast(c.shape, index))
+        return access if beta == 1 else f"{number(beta, y.dtype)} * {access}"
+
+    # with alpha 1 the product accumulates onto C, as the library's conv1 onto its bias: a line after
+    # the product would be a loop nest of its own, which keeps the product's tile from staying in registers
     init = Nest()
-    kernel.loop(init.sizes, ys.at(init.all(y.shape)), "=", "0")
+    index = init.all(y.shape)
+    kernel.loop(init.sizes, ys.at(index), "=", addend(index) if Cs is not None and alpha == 1 else "0")
     line = Nest()
     m, n = line.all(y.shape)
     k = line.over(a.shape[0] if node.attr("transA", 0) else a.shape[1])
     a_index = [k, m] if node.attr("transA", 0) else [m, k]
     b_index = [n, k] if node.attr("transB", 0) else [k, n]
     kernel.loop(line.sizes, ys.at([m, n]), "+=", f"{As.at(a_index)} * {Bs.at(b_index)}")
-    if alpha != 1 or Cs is not None:
+    if alpha != 1:
         line = Nest()
         index = line.all(y.shape)
-        scaled = ys.at(index) if alpha == 1 else f"{number(alpha, y.dtype)} * {ys.at(index)}"
-        if Cs is not None:
-            addend = Cs.at(broadcast(c.shape, index))
-            scaled += f" + {addend}" if beta == 1 else f" + {number(beta, y.dtype)} * {addend}"
-        kernel.loop(line.sizes, ys.at(index), "=", scaled)
+        scaled = f"{number(alpha, y.dtype)} * {ys.at(index)}"
+        kernel.loop(line.sizes, ys.at(index), "=", scaled + (f" + {addend(index)}" if Cs is not None else ""))
     return kernel
 
 
