@@ -134,6 +134,17 @@ def axis(value: int, rank: int) -> int:
     return value % rank if rank else 0
 
 
+def affine(terms: Iterable[tuple[str | None, int]], constant: int = 0) -> str:
+    """An index such as `{3}*2+{5}+1` from (reference, coefficient) pairs and a constant; a
+    reference None or "0" (the index of a dimension of one element) drops out. Positive parts go
+    first, so that a reflection reads `3-{0}`, not `-{0}+3`."""
+    parts = [(c, ref if abs(c) == 1 else f"{ref}*{abs(c)}") for ref, c in terms if ref not in (None, "0") and c]
+    parts += [(constant, str(abs(constant)))] if constant else []
+    parts.sort(key=lambda part: part[0] < 0)
+    text = "".join(("-" if c < 0 else "+" if i else "") + t for i, (c, t) in enumerate(parts))
+    return text or "0"
+
+
 def number(value: float, dtype: str = "f32") -> str:
     """A literal of the format for `value` in `dtype`: the shortest text that reads back as the
     same number there, negative ones in parentheses so that they stand anywhere in an expression."""

@@ -11,8 +11,8 @@ import pytest
 from onnx import numpy_helper
 
 from libgen.onnx.catalogue import kernel_for
-from libgen.onnx.nodes import Node, Unsupported, Value
-from libgen.onnx.ops.layout import affine, pad_runs, refinement
+from libgen.onnx.nodes import Node, Unsupported, Value, affine
+from libgen.onnx.ops.layout import pad_runs, refinement
 from tests.onnx.single_node import check_node, normal
 
 
@@ -154,8 +154,9 @@ def test_reshape_loops_over_the_common_refinement():
 
 
 def test_reflection_reads_backwards():
-    assert affine([(0, -1)], 3) == "3-{0}"
-    assert affine([(0, 4), (1, 1)]) == "{0}*4+{1}"
+    assert affine([("{0}", -1)], 3) == "3-{0}"
+    assert affine([("{0}", 4), ("{1}", 1)]) == "{0}*4+{1}"
+    assert affine([("{3}", 2), ("0", 5), (None, 1)], -1) == "{3}*2-1"
     assert affine([], 0) == "0"
     # reflect, 2 before and 2 after 4 elements: borders [2,1] and [2,1], interior 0..3
     runs = pad_runs(4, 2, 2, "reflect")

@@ -14,29 +14,19 @@ Range writes its index as a value.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate, pairwise, product
 
-from ..nodes import Array, Kernel, Node, Unsupported, Value, axis, broadcast_shape, number
+from ..nodes import Array, Kernel, Node, Unsupported, Value, affine, axis, broadcast_shape, number
 from ..registry import operator
-
-
-def affine(terms: Iterable[tuple[int, int]], offset: int = 0) -> str:
-    """The index `sum(coefficient * {loop}) + offset` for `(loop, coefficient)` terms, e.g. `{0}*4+{1}`,
-    `3-{0}`; a positive part goes first so that a reflection reads `3-{0}`, not `-{0}+3`."""
-    parts = [(c, f"{{{d}}}" if abs(c) == 1 else f"{{{d}}}*{abs(c)}") for d, c in terms if c]
-    parts += [(offset, str(abs(offset)))] if offset else []
-    parts.sort(key=lambda part: part[0] < 0)
-    text = "".join(("-" if c < 0 else "+" if i else "") + t for i, (c, t) in enumerate(parts))
-    return text or "0"
 
 
 def mixed_radix(positions: Sequence[int], sizes: Sequence[int]) -> str:
     """The index that the loops at `positions` (most significant first) of `sizes` count through."""
     terms, stride = [], 1
     for p in reversed(positions):
-        terms.append((p, stride))
+        terms.append((f"{{{p}}}", stride))
         stride *= sizes[p]
     return affine(reversed(terms))
 
@@ -79,7 +69,7 @@ def copy_box(kernel: Kernel, target: Array, runs: Sequence[Run], source: Array |
     loop_of = list(accumulate((run.size > 1 for run in runs), initial=0))
 
     def index(d: int, start: int, step: int) -> str:
-        return affine([(loop_of[d], step)] if runs[d].size > 1 else [], start)
+        return affine([(f"{{{loop_of[d]}}}", step)] if runs[d].size > 1 else [], start)
 
     if isinstance(source, Array):
         source = source.at([index(d, run.source, run.step) for d, run in enumerate(runs)])
@@ -469,7 +459,7 @@ def eye_like(node: Node) -> Kernel:
     row, column = max(0, -k), max(0, k)
     length = min(y.shape[0] - row, y.shape[1] - column)
     if length > 0:
-        kernel.loop([length], ys.at([affine([(0, 1)], row), affine([(0, 1)], column)]), "=", number(1, y.dtype))
+        kernel.loop([length], ys.at([affine([("{0}", 1)], row), affine([("{0}", 1)], column)]), "=", number(1, y.dtype))
     return kernel
 
 

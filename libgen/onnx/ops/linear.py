@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ..nodes import Array, Kernel, Node, Unsupported, Value, broadcast, broadcast_shape, number
+from ..nodes import Array, Kernel, Node, Unsupported, Value, affine, broadcast, broadcast_shape, number
 from ..registry import operator
 
 
@@ -34,15 +34,6 @@ class Nest:
 
     def all(self, shape: Iterable[int]) -> list[str]:
         return [self.over(size) for size in shape]
-
-
-def affine(terms: Iterable[tuple[str | None, int]], constant: int = 0) -> str:
-    """`{3}*2+{5}+1` from (reference, factor) pairs; absent references (None, "0") drop out."""
-    parts = [ref if factor == 1 else f"{ref}*{factor}" for ref, factor in terms if ref not in (None, "0") and factor]
-    text = "+".join(parts)
-    if constant:
-        text = f"{text}{constant:+d}" if text else str(constant)
-    return text or "0"
 
 
 # ---------------------------------------------------------------------------------------------
