@@ -65,14 +65,19 @@ def build(model: Path, out: Path, fuse: bool, budget: int) -> Path:
 
 
 def rounds(runs: dict[str, Callable[[], object]], count: int, repeats: int) -> dict[str, list[float]]:
-    """Times of each run: `count` rounds, in each `repeats` calls of every run in turn, after a few
-    calls of each to warm up."""
+    """Times of each run: `count` rounds, in each `repeats` calls of every run in turn (each round
+    starting with another), after a few calls of each to warm up."""
     times: dict[str, list[float]] = {name: [] for name in runs}
     for run in runs.values():
         for _ in range(3):
             run()
-    for _ in range(count):
-        for name, run in runs.items():
+    for round_ in range(count):
+        names = list(runs)
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:  # each goes first in turn
+            run = runs[name]
+            # ONNX Runtime's idle threads spin for a while after a call: let them stop before another
+            # runtime's threads want the cores
+            time.sleep(0.05)
             for _ in range(repeats):
                 start = time.perf_counter()
                 run()
@@ -121,7 +126,9 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
              f"--method heuristic --budget {args.budget}` (the heuristic pass, no search), then run by `dojo model "
              "run`'s ModelRunner against one ONNX Runtime session of the whole model (default graph optimisations, "
              f"{cores()} intra-op threads, as the runner's sessions), in one process, {args.rounds} alternating "
-             f"rounds of {args.repeats} calls each; medians.", "",
+             f"rounds of {args.repeats} calls each, each round starting with another, and 50 ms of rest before "
+             "each run's calls (ONNX Runtime's idle threads spin after a call and, timed right after it, the "
+             "library ran 1.8x slower); medians.", "",
              "| model | input | ONNX Runtime | library | vs ORT | fused library | vs ORT | max abs diff (library, "
              "fused) |", "|---|---|---|---|---|---|---|---|"]
     for r in results:
