@@ -214,3 +214,22 @@ def test_searches_split_by_divisors_and_powers_of_two_only() -> None:
     searched = {m.arg("factor") for m in legal_moves(spec) if m.name == "split_scope"}
     assert {5, 7, 16} <= listed
     assert searched == {2, 3, 4, 6, 8, 12, 16}
+
+
+def test_searches_do_not_stage_for_a_scope_that_only_copies_the_array() -> None:
+    """After one staging, the listing offers staging `x` again for its own copy nest, which would
+    copy the same elements twice; a search plays stagings for scopes that compute only."""
+    from agent.legal import legal_moves
+    from dojo_ir.moves import apply, find
+
+    spec = load("kernel k(x, w) -> y\n\nx f32 [8, 16] heap\nw f32 [16] heap\ny f32 [8] heap\n\n"
+                "8 y[{0}] = 0\n8 16 y[{0}] += x[{0},{1}] * w[{1}]\n")
+    staged = apply(spec, "stage_reads(op=y#2, depth=1, buffer=x)")
+
+    def stagings(moves) -> set[str]:
+        return {str(m) for m in moves if m.name == "stage_reads"}
+
+    copy_nest = {m for m in stagings(find(staged)) if "op=x_s" in m}
+    assert copy_nest and not copy_nest & stagings(legal_moves(staged))
+    assert stagings(legal_moves(staged)) == stagings(find(staged)) - copy_nest
+    assert stagings(legal_moves(staged))  # the computing scope's stagings are still searched
