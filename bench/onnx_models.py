@@ -7,7 +7,9 @@ runner against ONNX Runtime running the whole model.
 For each model of examples/onnx_models.py (the transformer encoder layer and the conv block): the
 model is imported as is and with --fuse, each import built into its library by the heuristic pass
 alone (`--budget 1`, no search; kernels already built in build/onnx_models/ are kept), then three
-runs of the model are timed in the same process, in alternating rounds of repetitions, holding the
+runs of the model are timed in the same process (and that in `--processes` fresh processes, 3 by
+default: the times differ more between processes than within one), in alternating rounds of
+repetitions, holding the
 runner's whole-machine lock (runner/local.py) so that no other benchmark times at once: ModelRunner
 on the unfused library, ModelRunner on the fused one, and one ONNX Runtime session of the whole model
 (its default graph optimisations, as many intra-op threads as the runner's sessions: the cores).
@@ -18,6 +20,7 @@ bench/results/onnx_models.md.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -45,6 +48,7 @@ from libgen.peers import machine_lock  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 MODELS = ("encoder", "conv_block")
+RUNS = {False: "library", True: "fused"}  # the runner of each import, by --fuse
 
 
 def dojo(*args: str) -> None:
@@ -100,7 +104,7 @@ def bench_model(name: str, out: Path, quick: bool, count: int, repeats: int, bud
     x = np.random.default_rng(1).standard_normal(graph_input.shape).astype(np.float32)
     feeds = {graph_input.name: x}
     expected = session.run(None, feeds)[0]
-    differences = {fuse: float(np.abs(next(iter(r.run(feeds).values())) - expected).max())
+    differences = {RUNS[fuse]: float(np.abs(next(iter(r.run(feeds).values())) - expected).max())
                    for fuse, r in runners.items()}
     load = os.getloadavg()[0]
     with machine_lock():
@@ -109,15 +113,23 @@ def bench_model(name: str, out: Path, quick: bool, count: int, repeats: int, bud
     return {"name": name, "shape": list(x.shape), "build_s": build_s, "load": (load, os.getloadavg()[0]),
             "medians": {k: statistics.median(v) for k, v in times.items()}, "calls": len(times["library"]),
             "differences": differences,
-            "placement": {fuse: Counter(r.placement.values()) for fuse, r in runners.items()}}
+            "placement": {RUNS[fuse]: dict(Counter(r.placement.values())) for fuse, r in runners.items()}}
 
 
-def report(results: list[dict], args: argparse.Namespace) -> str:
+def report(results: list[list[dict]], args: argparse.Namespace) -> str:
+    """The report of each model's runs, one a process: the median of their medians, and the range of
+    the ratios over the processes."""
     def ms(value: float) -> str:
         return f"{value * 1e3:.3f} ms"
 
-    def where(counts: Counter) -> str:
+    def where(counts: dict) -> str:
         return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
+
+    def ratios(runs: list[dict], name: str) -> str:
+        each = sorted(r["medians"]["onnxruntime"] / r["medians"][name] for r in runs)
+        middle = statistics.median(r["medians"]["onnxruntime"] for r in runs) / statistics.median(
+            r["medians"][name] for r in runs)
+        return f"**{middle:.2f}x**" + (f" ({each[0]:.2f}-{each[-1]:.2f})" if len(each) > 1 else "")
 
     sizes = "the tests' small sizes (--quick)" if args.quick else "examples/onnx_models.py's default sizes"
     lines = ["# ONNX models end to end: PerfDojo's library against ONNX Runtime", "",
@@ -125,26 +137,44 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
              f"{sizes}, imported by `dojo import` as is and with `--fuse`, each import built by `dojo library build "
              f"--method heuristic --budget {args.budget}` (the heuristic pass, no search), then run by `dojo model "
              "run`'s ModelRunner against one ONNX Runtime session of the whole model (default graph optimisations, "
-             f"{cores()} intra-op threads, as the runner's sessions), in one process, {args.rounds} alternating "
-             f"rounds of {args.repeats} calls each, each round starting with another, and 50 ms of rest before "
-             "each run's calls (ONNX Runtime's idle threads spin after a call and, timed right after it, the "
-             "library ran 1.8x slower); medians.", "",
+             f"{cores()} intra-op threads, as the runner's sessions): in each of {args.processes} processes, "
+             f"{args.rounds} alternating rounds of {args.repeats} calls each, each round starting with another, and "
+             "50 ms of rest before each run's calls (ONNX Runtime's idle threads spin after a call and, timed right "
+             "after it, the library ran 1.8x slower). A process's medians; the table gives the median of those over "
+             "the processes, and in brackets the range of the ratio: the times differ from one process to the next "
+             "more than within one (ONNX Runtime's conv block took 0.14 ms in some, 0.25 ms in others).", "",
              "| model | input | ONNX Runtime | library | vs ORT | fused library | vs ORT | max abs diff (library, "
              "fused) |", "|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        m = r["medians"]
-        lines.append(f"| {r['name']} | {' x '.join(map(str, r['shape']))} | {ms(m['onnxruntime'])} | "
-                     f"{ms(m['library'])} | **{m['onnxruntime'] / m['library']:.2f}x** | {ms(m['fused'])} | "
-                     f"**{m['onnxruntime'] / m['fused']:.2f}x** | {r['differences'][False]:.2g}, "
-                     f"{r['differences'][True]:.2g} |")
+    for runs in results:
+        first = runs[0]
+        median = {k: statistics.median(r["medians"][k] for r in runs) for k in first["medians"]}
+        lines.append(f"| {first['name']} | {' x '.join(map(str, first['shape']))} | {ms(median['onnxruntime'])} | "
+                     f"{ms(median['library'])} | {ratios(runs, 'library')} | {ms(median['fused'])} | "
+                     f"{ratios(runs, 'fused')} | {max(r['differences']['library'] for r in runs):.2g}, "
+                     f"{max(r['differences']['fused'] for r in runs):.2g} |")
     lines += ["", "`vs ORT` is ONNX Runtime's median over the library's: above 1, the library is faster. Where "
               "the nodes ran, and the rest:", ""]
-    for r in results:
-        lines.append(f"- {r['name']}: unfused {where(r['placement'][False])}; fused {where(r['placement'][True])}; "
-                     f"{r['calls']} calls of each; load average {r['load'][0]:.1f} when timing began, "
-                     f"{r['load'][1]:.1f} when it ended; importing and building both libraries took "
-                     f"{r['build_s']:.0f} s (kernels already built are kept).")
+    for runs in results:
+        r = runs[0]
+        loads = [load for run in runs for load in run["load"]]
+        lines.append(f"- {r['name']}: unfused {where(r['placement']['library'])}; fused "
+                     f"{where(r['placement']['fused'])}; {r['calls']} calls of each in each of {len(runs)} processes; "
+                     f"load average {min(loads):.1f} to {max(loads):.1f} while timing; importing and building both "
+                     f"libraries took {r['build_s']:.0f} s (kernels already built are kept).")
     return "\n".join(lines) + "\n"
+
+
+def in_processes(name: str, args: argparse.Namespace, out: Path) -> list[dict]:
+    """`bench_model` of `name` in `args.processes` fresh processes, one after another."""
+    runs = []
+    for process in range(args.processes):
+        result = out / f"{name}.{process}.json"
+        command = [sys.executable, __file__, "--models", name, "--child", str(result), "--out", str(out),
+                   "--budget", str(args.budget), "--rounds", str(args.rounds), "--repeats", str(args.repeats),
+                   *(["--quick"] if args.quick else [])]
+        subprocess.run(command, check=True)
+        runs.append(json.loads(result.read_text()))
+    return runs
 
 
 def main() -> int:
@@ -158,17 +188,24 @@ def main() -> int:
                         "build/onnx_models, build/onnx_models_quick with --quick)")
     parser.add_argument("--report", type=Path, help="default: bench/results/onnx_models.md, "
                         "build/onnx_models_quick/onnx_models.md with --quick")
+    parser.add_argument("--processes", type=int, default=3, help="time each model in this many processes")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # one process's run, as JSON to this file
     args = parser.parse_args()
     out = args.out or ROOT / "build" / ("onnx_models_quick" if args.quick else "onnx_models")
     out.mkdir(parents=True, exist_ok=True)
+    if args.child:
+        (name,) = args.models
+        args.child.write_text(json.dumps(bench_model(name, out, args.quick, args.rounds, args.repeats, args.budget)))
+        return 0
     path = args.report or (out / "onnx_models.md" if args.quick else RESULTS / "onnx_models.md")
-    results = [bench_model(name, out, args.quick, args.rounds, args.repeats, args.budget) for name in args.models]
+    results = [in_processes(name, args, out) for name in args.models]
     path.write_text(report(results, args))
-    for r in results:
-        m = r["medians"]
-        print(f"{r['name']}: ONNX Runtime {m['onnxruntime'] * 1e3:.3f} ms, library {m['library'] * 1e3:.3f} ms "
-              f"({m['onnxruntime'] / m['library']:.2f}x), fused {m['fused'] * 1e3:.3f} ms "
-              f"({m['onnxruntime'] / m['fused']:.2f}x)")
+    for runs in results:
+        for r in runs:
+            m = r["medians"]
+            print(f"{r['name']}: ONNX Runtime {m['onnxruntime'] * 1e3:.3f} ms, library {m['library'] * 1e3:.3f} ms "
+                  f"({m['onnxruntime'] / m['library']:.2f}x), fused {m['fused'] * 1e3:.3f} ms "
+                  f"({m['onnxruntime'] / m['fused']:.2f}x)")
     print(f"wrote {path}")
     return 0
 
