@@ -33,16 +33,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
-# as bench/transformer_block.py: the library's OpenMP threads bound one per core, as the runner binds a timed binary
-os.environ.setdefault("OMP_PROC_BIND", "true")
-os.environ.setdefault("OMP_PLACES", "cores")
+from bench.sections import bind_openmp_threads, machine  # noqa: E402
+
+bind_openmp_threads()
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnx_models  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
-from bench.sections import machine  # noqa: E402
 from libgen.onnx.run import ModelRunner, all_cores, cores  # noqa: E402
 from libgen.peers import machine_lock  # noqa: E402
 

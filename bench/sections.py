@@ -1,5 +1,5 @@
-"""What several bench scripts share: the machine they ran on, and results files with one `# ` section
-per script."""
+"""What several bench scripts share: the machine they ran on, results files with one `# ` section
+per script, and OpenMP threads bound as the runner binds them."""
 
 from __future__ import annotations
 
@@ -7,6 +7,15 @@ import os
 import re
 import subprocess
 from pathlib import Path
+
+
+def bind_openmp_threads() -> None:
+    """Every OpenMP runtime this process loads (PyTorch's, a library's) binds its threads one per
+    core, as the runner does for a timed binary: unbound, a thread that waits for work can share a
+    core with the one doing it while another process holds the other core, and a call then takes a
+    scheduler tick. Call it before the first of them loads."""
+    os.environ.setdefault("OMP_PROC_BIND", "true")
+    os.environ.setdefault("OMP_PLACES", "cores")
 
 
 def machine() -> str:

@@ -28,11 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
-# Both OpenMP runtimes in this process, PyTorch's and the library's, bind their threads one per core,
-# as the runner does for a timed binary: unbound, a thread that waits for work can share a core with
-# the one doing it while another process holds the other core, and a call then takes a scheduler tick.
-os.environ.setdefault("OMP_PROC_BIND", "true")
-os.environ.setdefault("OMP_PLACES", "cores")
+from bench.sections import bind_openmp_threads  # noqa: E402
+
+bind_openmp_threads()  # PyTorch's OpenMP and the library's
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
