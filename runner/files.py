@@ -1,14 +1,20 @@
-"""Files that several processes share: written whole or not at all, and locked."""
+"""Files that several processes share: written whole or not at all, and locked; named arrays as
+`.npz` files."""
 
 from __future__ import annotations
 
 import fcntl
+import io
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+import struct
+import zipfile
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+
+import numpy as np
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -47,3 +53,29 @@ def exclusive(path: Path, shared: bool = False) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The named arrays of the `.npz` file at `path`. FileNotFoundError when there is none, and
+    ValueError saying why for anything else that is not such a file."""
+    try:
+        archive = np.load(path, allow_pickle=False)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError("it holds one array, not named arrays (write it with numpy.savez)")
+        with archive:
+            return {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+        raise ValueError(f"not a .npz file of arrays: {error}") from None
+
+
+def write_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """`arrays` as the `.npz` file at `path`, written atomically; ValueError for a name longer than
+    the zip format allows."""
+    archive = io.BytesIO()
+    try:
+        np.savez(archive, **arrays)
+    except struct.error:  # the zip format's limit on a member's name
+        raise ValueError("an array name is too long for an .npz archive (at most 65,535 bytes)") from None
+    write_atomically(path, archive.getvalue())

@@ -338,13 +338,7 @@ def _comment(model: str, nodes: Sequence[Node], sharing: int) -> str:
 
 def _name(base: str, taken: set[str]) -> str:
     base = identifier(base).lstrip("_") or "kernel"
-    if base in RESERVED:
-        base = f"{base}_kernel"
-    candidate, n = base, 1
-    while candidate in taken:
-        n += 1
-        candidate = f"{base}_{n}"
-    return candidate
+    return identifier(f"{base}_kernel" if base in RESERVED else base, taken, separator="_")
 
 
 def _calls(model: str, groups: list[tuple[tuple[Node, ...], Kernel]]) -> tuple[dict[str, str], list[Call]]:

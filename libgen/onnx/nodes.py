@@ -165,8 +165,9 @@ def number(value: float, dtype: str = "f32") -> str:
     return f"({text})" if text.startswith("-") else text
 
 
-def identifier(name: str, taken: Iterable[str] = ()) -> str:
-    """An array or kernel name of the format made from an ONNX name, distinct from `taken`."""
+def identifier(name: str, taken: Iterable[str] = (), separator: str = "") -> str:
+    """An array or kernel name of the format made from an ONNX name, distinct from `taken` (by a
+    number after `separator`: `x2`, or `matmul_2`)."""
     base = re.sub(r"\W+", "_", name).strip("_") or "t"
     if base[0].isdigit():
         base = f"t{base}"
@@ -176,7 +177,7 @@ def identifier(name: str, taken: Iterable[str] = ()) -> str:
     candidate, n = base, 1
     while candidate in taken:
         n += 1
-        candidate = f"{base}{n}"
+        candidate = f"{base}{separator}{n}"
     return candidate
 
 

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +99,7 @@ class ModelRunner:
         model_path, library_dir = Path(model_path), Path(library_dir)
         library, hashes = open_library(library_dir)
         model = read_model(model_path)
-        imported = import_in_memory(model_path, fuse, hashes)
+        imported, held = import_in_memory(model_path, fuse, hashes)
         self.model = model_path.name
         self._model, self._library, self._nodes = model, library, list(model.graph.node)
         names = [entry["name"] for entry in imported.nodes]  # one per node, in the graph's order
@@ -111,7 +110,7 @@ class ModelRunner:
 
         units = _units(self._nodes, names, imported.calls)
         for unit in units:
-            _classify(unit, self._nodes, imported.kernels, library, hashes, self.infos)
+            _classify(unit, self._nodes, library, held, self.infos)
         units = _needed(_ordered(units), self.outputs)
         for unit in units:
             if unit.kind == "onnxruntime" and all(n in self._constants for n in unit.inputs) and not any(
@@ -242,22 +241,23 @@ def open_library(directory: Path) -> tuple[Library, dict[str, str]]:
         raise RunError(f"{directory}: cannot load the library: {error}") from None
 
 
-def import_in_memory(path: Path, fuse: bool | None, hashes: Mapping[str, str]) -> Any:
-    """What `dojo import` would write for the model at `path`, with `--fuse` or not; None: the
-    import of which the library holds more kernels, the unfused one when they tie."""
+def import_in_memory(path: Path, fuse: bool | None, hashes: Mapping[str, str]) -> tuple[Any, set[str]]:
+    """What `dojo import` would write for the model at `path`, with `--fuse` or not (None: the
+    import of which the library holds more kernels, the unfused one when they tie), and the names
+    of its kernels that the library holds built from the same spec."""
     from agent.evaluate import text_hash
     from dojo_ir import load
 
     from .importer import ModelError, import_model  # the importer loads the operator catalogue
 
-    def held(imported: Any) -> int:
-        return sum(hashes.get(name) == text_hash(load(text)) for name, text in imported.kernels.items())
+    def held(imported: Any) -> set[str]:
+        return {name for name, text in imported.kernels.items() if hashes.get(name) == text_hash(load(text))}
 
     try:
         imports = [import_model(path, fuse=choice) for choice in ([False, True] if fuse is None else [fuse])]
     except ModelError as error:
         raise RunError(str(error).replace(": error: ", ": ", 1)) from None
-    return max(imports, key=held)
+    return max(((imported, held(imported)) for imported in imports), key=lambda pair: len(pair[1]))
 
 
 def read_model(path: Path) -> onnx.ModelProto:
@@ -267,20 +267,6 @@ def read_model(path: Path) -> onnx.ModelProto:
         return load_model(path)[1]
     except ModelError as error:
         raise RunError(str(error).replace(": error: ", ": ", 1)) from None
-
-
-def read_inputs(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of the `.npz` file at `path`, by name."""
-    try:
-        archive = np.load(path, allow_pickle=False)
-        if not isinstance(archive, np.lib.npyio.NpzFile):
-            raise ValueError("it holds one array, not named arrays (write it with numpy.savez)")
-        with archive:
-            return {name: archive[name] for name in archive.files}
-    except FileNotFoundError:
-        raise RunError(f"{path}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
-        raise RunError(f"{path}: not a .npz file of arrays: {error}") from None
 
 
 def model_inputs(model: onnx.ModelProto, infos: Mapping[str, Info], name: str) -> dict[str, Info]:
@@ -333,18 +319,15 @@ def _units(nodes: Sequence[onnx.NodeProto], names: Sequence[str], calls: Iterabl
     return units
 
 
-def _classify(unit: _Unit, nodes: Sequence[onnx.NodeProto], kernels: Mapping[str, str], library: Library,
-              hashes: Mapping[str, str], infos: dict[str, Info]) -> None:
-    """Where `unit` runs: on the library when it holds the unit's kernel from the same spec."""
-    from agent.evaluate import text_hash
-    from dojo_ir import load
-
+def _classify(unit: _Unit, nodes: Sequence[onnx.NodeProto], library: Library, held: Collection[str],
+              infos: dict[str, Info]) -> None:
+    """Where `unit` runs: on the library when it holds the unit's kernel from the same spec (`held`)."""
     first = nodes[unit.nodes[0]]
     single = len(unit.nodes) == 1
     if single and first.op_type in VIEWS and first.input and _shape(infos, first.input[0]) is not None \
             and _shape(infos, first.output[0]) is not None:
         unit.kind, unit.inputs, unit.outputs = "view", [first.input[0]], [first.output[0]]
-    elif unit.kernel in library.kernels and hashes.get(unit.kernel) == text_hash(load(kernels[unit.kernel])):
+    elif unit.kernel in held:
         unit.kind = "library"
         for name, array in zip(unit.inputs + unit.outputs, [*library.kernels[unit.kernel].inputs,
                                                             *library.kernels[unit.kernel].outputs], strict=True):

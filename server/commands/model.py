@@ -9,7 +9,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
+from runner.files import read_arrays, write_arrays
 
 from .shared import CommandError
 
@@ -34,21 +34,23 @@ def add_to(commands: argparse._SubParsersAction) -> None:
 
 def cmd_model_run(args: argparse.Namespace) -> int:
     # imported here: onnx and ONNX Runtime load only for this command
-    from libgen.onnx.run import ModelRunner, RunError, read_inputs
+    from libgen.onnx.run import ModelRunner, RunError
 
     try:
-        feeds = read_inputs(Path(args.inputs))
+        feeds = read_arrays(Path(args.inputs))
+    except FileNotFoundError:
+        raise CommandError(f"dojo model run: error: {args.inputs}: no such file") from None
+    except ValueError as error:
+        raise CommandError(f"dojo model run: error: {args.inputs}: {error}") from None
+    try:
         runner = ModelRunner(args.model, args.library, fuse=args.fuse)
         outputs = runner.run(feeds)
     except RunError as error:
         raise CommandError(f"dojo model run: error: {error}") from None
     out = Path(args.out)
-    partial = out.with_name(f".{out.name}.partial.npz")  # np.savez adds .npz to a name without it
     try:
-        np.savez(partial, **outputs)
-        partial.replace(out)
-    except OSError as error:
-        partial.unlink(missing_ok=True)
+        write_arrays(out, outputs)
+    except (OSError, ValueError) as error:
         raise CommandError(f"dojo model run: error: {out}: cannot write: {error}") from None
     counts = Counter(runner.placement.values())
     print(f"{runner.model}: {counts['library']} nodes on the library, {counts['onnxruntime']} on ONNX Runtime, "

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import io
-import struct
 import sys
 import time
 from collections.abc import Sequence
@@ -16,7 +14,7 @@ from dojo_ir import interpret, load, random_inputs, to_text
 from dojo_ir.errors import NOWHERE
 from dojo_ir.library import KERNELS
 from runner.check import check_text
-from runner.files import write_atomically
+from runner.files import read_arrays, write_arrays, write_atomically
 
 from .shared import CommandError, load_file, read, reporting
 
@@ -97,14 +95,11 @@ def cmd_interp(args: argparse.Namespace) -> int:
         outputs = interpret(program, inputs)
     elapsed = time.perf_counter() - started
     out = Path(args.out)
-    archive = io.BytesIO()
     try:
-        np.savez(archive, **(outputs | ({} if args.inputs else inputs)))
-    except struct.error:  # the zip format's limit on a member's name
+        write_arrays(out, outputs | ({} if args.inputs else inputs))
+    except ValueError as error:  # a name the zip format cannot hold
         span = program.span or NOWHERE
-        raise CommandError(f"{args.file}:{span.line}:{span.col}: error: an array name is too long for an .npz "
-                           "archive (at most 65,535 bytes)") from None
-    write_atomically(out, archive.getvalue())
+        raise CommandError(f"{args.file}:{span.line}:{span.col}: error: {error}") from None
     for name, value in outputs.items():
         print(f"{name}: {value.dtype} {list(value.shape)}", file=sys.stderr)
     print(f"interpreted {program.name} in {elapsed:.3f} s; wrote {out}", file=sys.stderr)
@@ -113,8 +108,7 @@ def cmd_interp(args: argparse.Namespace) -> int:
 
 def _read_inputs(path: str) -> dict[str, np.ndarray]:
     try:
-        with np.load(path) as archive:
-            return {name: archive[name] for name in archive.files}
+        return read_arrays(Path(path))
     except (OSError, ValueError) as error:
         raise CommandError(f"{path}: error: cannot read inputs: {error}") from None
 
