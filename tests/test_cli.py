@@ -136,6 +136,15 @@ def test_interp_rejects_inputs_of_the_wrong_shape(softmax: Path, tmp_path: Path)
     assert not out.exists()
 
 
+def test_interp_rejects_a_single_array_file_as_inputs(softmax: Path, tmp_path: Path) -> None:
+    inputs, out = tmp_path / "in.npy", tmp_path / "out.npz"
+    np.save(inputs, np.zeros((3, 5), dtype=np.float32))
+    result = dojo("interp", str(softmax), "--inputs", str(inputs), "--out", str(out))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{inputs}: error: cannot read inputs:" in result.stderr and "numpy.savez" in result.stderr
+    assert not out.exists()
+
+
 def copy_kernel(dtype: str = "f32", extent: int = 4, output: str = "y", expression: str = "x[{0}]") -> str:
     return (f"kernel k(x) -> {output}\n\nx {dtype} [{extent}] heap\n{output} {dtype} [{extent}] heap\n\n"
             f"{extent} {output}[{{0}}] = {expression}\n")
