@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from math import prod
 
-from codegen.cvector import largest_value, vector_pieces, widened_lanes
+from codegen.cvector import lane_use, largest_value, vector_pieces, widened_lanes
 from codegen.targets import Target, get_target
 from dojo_ir import Program
 from dojo_ir.affine import NotAffine, affine
@@ -146,7 +146,7 @@ def heuristic(program: Program, target: Target | str = "native") -> list[str]:
     """The expert pass for CPUs with vector units (see the module's docstring)."""
     chosen = _target(target)
     state = _State(program)
-    _interchange(state)
+    _interchange(state, chosen)
     _register_block(state, chosen)  # before fusion: a blocked reduction has a loop nest of its own
     _align_for_fusion(state, chosen)
     _exhaust(state, ("join_scopes",))
@@ -203,6 +203,18 @@ def _strided(op: Op, depth: int) -> int:
     return count
 
 
+def _vector_along(op: Op, depth: int) -> bool:
+    """Whether the scope at `depth`, innermost, could be a vector (`vectorize_scope`): the target
+    contiguous along it (or, in a reduction, not using it), every read contiguous, strided or
+    not using it."""
+    try:
+        target = lane_use(op.target, depth)
+        return target in ("contiguous", "invariant" if op.reduction else "contiguous") and all(
+            lane_use(access, depth) is not None for access in op.reads)
+    except NotAffine:
+        return False
+
+
 def _uses(access, depth: int) -> bool:
     try:
         return any(affine(i).coef(depth) for i in access.index)
@@ -214,18 +226,22 @@ def _sites(state: _State) -> list[Site]:
     return list(state.analysis.sites)
 
 
-def _interchange(state: _State) -> None:
+def _interchange(state: _State, target: Target) -> None:
     """In every perfect loop nest around one operation, move the scope along which most of its
-    accesses are contiguous innermost, when it beats the innermost one."""
+    accesses are contiguous innermost, when it beats the innermost one; but first a scope that
+    makes a vector of at least half the target's lanes (`_vector_along`) over one narrower: a
+    2x2 pool window innermost is a vector of 2, its output's row one of 16 whose reads are
+    strided."""
     for label in [s.label for s in _sites(state)]:
         site = state.analysis.by_label.get(label)
         if site is None or len(site.chain) < 2:
             continue
         chain, op = site.chain, site.op
         inner = len(chain) - 1
-        strided = [_strided(op, d) for d in range(len(chain))]
-        best = min(range(len(chain)), key=lambda d: (strided[d], -d))
-        if strided[best] >= strided[inner] or any(s.kind for s in chain[best:]):
+        half = lanes(target, _op_bytes(state.program, op)) // 2
+        cost = [(not (chain[d].size >= half and _vector_along(op, d)), _strided(op, d)) for d in range(len(chain))]
+        best = min(range(len(chain)), key=lambda d: (cost[d], -d))
+        if cost[best] >= cost[inner] or any(s.kind for s in chain[best:]):
             continue
         # bubble the scope at `best` inward; stop at the first interchange that is not legal
         for depth in range(best, inner):

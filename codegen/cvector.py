@@ -24,7 +24,9 @@ tile of such accumulators then stays in registers.
 Accesses whose last index uses the lane variable with
 coefficient 1 (and no other index uses it) are vector loads and stores,
 through `aligned(element)` types unless the address is provably a multiple of
-the vector's size (buffers are 64-byte aligned); accesses without the lane
+the vector's size (buffers are 64-byte aligned); a read with a larger
+coefficient there (a stride-2 pool) is gathered from contiguous loads by
+shuffles (`dojo_gather2_f32x16`); accesses without the lane
 variable are broadcast, and so is a subexpression with no such access, computed
 once as a scalar. A reduction whose target has no lane variable (a
 horizontal reduction) combines the lanes as a tree (`dojo_hadd_f32x16`, ...)
@@ -115,14 +117,15 @@ def _mask_dtype(dtype: str) -> str:
     return f"i{dtype[1:]}"
 
 
-def _lane_use(access: Access, lane: int) -> str | None:
-    """"contiguous", "invariant", or None (strided, or along a folded dim)."""
+def lane_use(access: Access, lane: int) -> str | None:
+    """"contiguous", "invariant", "strided" (a constant step of more than 1 in the last index
+    alone), or None (any other use)."""
     coefs = [affine(i).coef(lane) for i in access.index]
     if not any(coefs):
         return "invariant"
-    if coefs[-1] == 1 and not any(coefs[:-1]):
-        return "contiguous"
-    return None
+    if coefs[-1] < 1 or any(coefs[:-1]):
+        return None
+    return "contiguous" if coefs[-1] == 1 else "strided"
 
 
 def vectorizable(scope: Scope, lane: int, program: Program) -> bool:
@@ -131,10 +134,11 @@ def vectorizable(scope: Scope, lane: int, program: Program) -> bool:
         return False
     op = scope.body[0]
     for access in (op.target, *op.reads):
-        use = _lane_use(access, lane)
-        if use is None or (use == "contiguous" and program.buffer_of[access.array].dims[-1].stored is not None):
+        use = lane_use(access, lane)
+        if use is None or (use == "strided" and access is op.target) or (
+                use != "invariant" and program.buffer_of[access.array].dims[-1].stored is not None):
             return False
-    if _lane_use(op.target, lane) == "invariant" and op.reduction is None:
+    if lane_use(op.target, lane) == "invariant" and op.reduction is None:
         return False
     return not used_as_value(op.value, lane)
 
@@ -158,9 +162,17 @@ class VectorPrinter(Printer):
         return f"dojo_splat_{dtype}x{self.lanes}({scalar})"
 
     def access(self, access: Access, dtype: str) -> str:
-        if _lane_use(access, self.lane) == "invariant":
+        use = lane_use(access, self.lane)
+        if use == "invariant":
             return self.splat(super().access(access, dtype), dtype)
-        loaded = f"*{self.pointer(access, const=True)}"
+        if use == "strided":
+            stride = affine(access.index[-1]).coef(self.lane)
+            return self.converted(f"dojo_gather{stride}_{self.dtype_of(access)}x{self.lanes}(&{self.element(access)})",
+                                  access, dtype)
+        return self.converted(f"*{self.pointer(access, const=True)}", access, dtype)
+
+    def converted(self, loaded: str, access: Access, dtype: str) -> str:
+        """The vector `loaded` of `access`'s dtype, in `dtype`."""
         if self.dtype_of(access) == dtype:
             return loaded
         return f"__builtin_convertvector({loaded}, {vector_type(dtype, self.lanes)})"
@@ -177,7 +189,7 @@ class VectorPrinter(Printer):
     def value(self, expr: Expr, dtype: str) -> str:
         # What the lanes share is computed once, as a scalar, and broadcast: a layer norm's
         # `sqrt(var[{0}] + 1e-5)` is one square root per row, not one per vector.
-        if isinstance(expr, (Unary, Binary, Call)) and all(_lane_use(a, self.lane) == "invariant"
+        if isinstance(expr, (Unary, Binary, Call)) and all(lane_use(a, self.lane) == "invariant"
                                                            for a in accesses(expr)):
             return self.splat(Printer(self.program, self.env).value(expr, dtype), dtype)
         return super().value(expr, dtype)
@@ -243,10 +255,10 @@ def vector_statement(scope: Scope, lane: int, program: Program, env: Env, stream
     if scope.size in _LANES and scope.size * dtype_bytes <= PIECE_BYTES:
         return _piece(op, lane, 0, scope.size, program, env, stream)
     parts = pieces(scope.size, dtype_bytes)
-    if _lane_use(op.target, lane) == "invariant":
+    if lane_use(op.target, lane) == "invariant":
         return _horizontal_pieces(op, lane, parts, program, env)
     wide = widened_lanes(scope.size, dtype_bytes)
-    if wide and chain is not None and reach is not None:
+    if wide and chain is not None and reach is not None and all(lane_use(a, lane) != "strided" for a in op.reads):
         return _widened_piece(op, lane, wide, scope.size, program, env, chain, reach)
     return [line for first, lanes in parts for line in _piece(op, lane, first, lanes, program, env)]
 
@@ -285,7 +297,7 @@ def _piece(op: Op, lane: int, first: int, lanes: int, program: Program, env: Env
     printer = VectorPrinter(program, {**env, lane: first}, lane, lanes)
     dtype = printer.dtype_of(op.target)
     value = printer.value(op.value, dtype)
-    if _lane_use(op.target, lane) == "contiguous":
+    if lane_use(op.target, lane) == "contiguous":
         target = f"*{printer.pointer(op.target, const=False)}"
         if op.reduction is None:
             if stream:
@@ -317,12 +329,10 @@ class _WidePrinter(VectorPrinter):
         return largest_value(affine(access.index[-1]), self.chain, skip=self.lane) + self.lanes <= last
 
     def access(self, access: Access, dtype: str) -> str:
-        if _lane_use(access, self.lane) == "invariant" or self.whole_rows(access):
+        if lane_use(access, self.lane) == "invariant" or self.whole_rows(access):
             return super().access(access, dtype)
-        loaded = f"dojo_loadn_{self.dtype_of(access)}x{self.lanes}(&{self.element(access)}, {self.used})"
-        if self.dtype_of(access) == dtype:
-            return loaded
-        return f"__builtin_convertvector({loaded}, {vector_type(dtype, self.lanes)})"
+        return self.converted(f"dojo_loadn_{self.dtype_of(access)}x{self.lanes}(&{self.element(access)}, {self.used})",
+                              access, dtype)
 
 
 def _widened_piece(op: Op, lane: int, lanes: int, used: int, program: Program, env: Env, chain: tuple[Scope, ...],
@@ -375,7 +385,7 @@ def vector_accumulation(scope: Scope, depth: int, program: Program, env: Env) ->
         return None
     op = inner.body[0]
     assert isinstance(op, Op)
-    if _lane_use(op.target, lane) != "invariant" or any(affine(i).coef(depth) for i in op.target.index):
+    if lane_use(op.target, lane) != "invariant" or any(affine(i).coef(depth) for i in op.target.index):
         return None
     target = program.buffer_of[op.target.array]
     if any(program.buffer_of[a.array] is target for a in op.reads):
@@ -416,7 +426,7 @@ def _vector_combine(assign: str, old: str, new: str, dtype: str, lanes: int) -> 
 # -- types and helpers -----------------------------------------------------------
 
 _TYPE = re.compile(r"\bv(f32|f64|i32|i64)x(\d+)(u?)\b")
-_HELPER = re.compile(r"\bdojo_(splat|loadn|storen|exp|log|sqrt|tanh|abs|max|min|hadd|hmul|hmax|hmin)"
+_HELPER = re.compile(r"\bdojo_(splat|loadn|storen|gather\d+|exp|log|sqrt|tanh|abs|max|min|hadd|hmul|hmax|hmin)"
                      r"_(f32|f64|i32|i64)x(\d+)\b")
 
 
@@ -456,6 +466,8 @@ def _vector_helper(func: str, dtype: str, lanes_text: str) -> str:
     if func == "loadn":
         return f"static inline {v} {name}(const {t} *p, int n) {{ {v} r = {{0}}; for (int k = 0; k < n; ++k) " \
                "r[k] = p[k]; return r; }"
+    if func.startswith("gather"):
+        return _gather_helper(int(func.removeprefix("gather")), dtype, lanes)
     if func == "storen":
         return f"static inline void {name}({t} *p, {v} a, int n) {{ for (int k = 0; k < n; ++k) p[k] = a[k]; }}"
     if func in ("max", "min"):
@@ -473,6 +485,32 @@ def _vector_helper(func: str, dtype: str, lanes_text: str) -> str:
     scalar = function_name(func, dtype)
     return (f"static inline {v} {name}({v} a) {{ {v} r; for (int k = 0; k < {lanes}; ++k) r[k] = {scalar}(a[k]); "
             "return r; }")
+
+
+_MAX_GATHER_LOADS = 4  # beyond, a strided read is built element by element
+
+
+def _gather_helper(stride: int, dtype: str, lanes: int) -> str:
+    """`dojo_gatherS_f32xL(p)`: p[0], p[S], ..., p[(L-1)S]. The span is loaded as contiguous
+    vectors, the last one ending at the last element read (nothing past it is touched), and the
+    lanes picked by shuffles, one per vector after the first: a pool's stride 2 is two loads and
+    one permutation. A wider stride, whose span would take more loads, reads element by element."""
+    v, u, t = vector_type(dtype, lanes), vector_type(dtype, lanes, aligned=False), c_type(dtype)
+    name = f"dojo_gather{stride}_{dtype}x{lanes}"
+    span = (lanes - 1) * stride + 1
+    count = -(-span // lanes)
+    if count > _MAX_GATHER_LOADS:
+        elements = ", ".join(f"p[{k * stride}]" for k in range(lanes))
+        return f"static inline {v} {name}(const {t} *p) {{ return ({v}){{{elements}}}; }}"
+    starts = [k * lanes for k in range(count - 1)] + [span - lanes]
+    home = [min((k * stride) // lanes, count - 1) for k in range(lanes)]  # the vector holding each lane
+    body = [f"{v} r = *(const {u} *)p;"]
+    for j in range(1, count):
+        # the first shuffle also moves the first vector's lanes into place; later ones keep them
+        picks = [lanes + k * stride - starts[j] if home[k] == j else (k * stride if j == 1 else k) if home[k] < j
+                 else 0 for k in range(lanes)]
+        body.append(f"r = __builtin_shufflevector(r, *(const {u} *)(p + {starts[j]}), {', '.join(map(str, picks))});")
+    return f"static inline {v} {name}(const {t} *p) {{ {' '.join(body)} return r; }}"
 
 
 # The reduction operator -> the helper combining a vector's lanes into one scalar.
@@ -637,7 +675,7 @@ def streamable(scope: Scope, lane: int, program: Program, env: Env) -> bool:
         return False
     op = scope.body[0]
     assert isinstance(op, Op)
-    if op.reduction is not None or _lane_use(op.target, lane) != "contiguous":
+    if op.reduction is not None or lane_use(op.target, lane) != "contiguous":
         return False
     buffer = program.buffer_of[op.target.array]
     size = scope.size * DTYPE_BYTES[buffer.dtype]

@@ -205,6 +205,29 @@ def test_heuristic_blocks_a_row_the_lanes_do_not_divide_and_its_tail() -> None:
     _check(spec, moves)
 
 
+MAXPOOL = """kernel maxpool(x) -> y
+
+x f32 [2, 3, 16, 32] heap
+y f32 [2, 3, 8, 16] heap
+
+2 3 8 16 y[{0},{1},{2},{3}] = -inf
+2 3 8 16 2 2 y[{0},{1},{2},{3}] max= x[{0},{1},{2}*2+{4},{3}*2+{5}]
+"""
+
+
+@pytest.mark.parametrize("vector_bytes", [32, 64])
+def test_heuristic_vectorizes_a_pools_output_row_not_its_window(vector_bytes: int) -> None:
+    """A 2x2 window innermost would be a vector of 2 lanes; the output row of 16 is one of 8 or
+    16 lanes whose reads step by 2, which the code generator gathers."""
+    spec = load(MAXPOOL)
+    moves = heuristic(spec, replace(CPU, vector_bytes=vector_bytes))
+    text = to_text(advance(spec, moves))
+    lanes_ = vector_bytes // 4
+    assert f"{lanes_}:v y[" in text and "2:v" not in text
+    assert "max= x[{0},{1},{2}*2+{3}," in text  # the window's rows outside the vector
+    _check(spec, moves)
+
+
 def test_heuristic_normalises_each_channel_right_after_its_statistics() -> None:
     """batchnorm's `n c h w` normalisation is interchanged to `c n h w` and fused with the
     per-channel mean and variance, so a channel is read again while it is in cache; with fewer

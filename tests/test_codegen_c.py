@@ -693,7 +693,7 @@ def test_other_targets_run_correctly(name: str, cache: Path) -> None:
     if not target.runnable():
         pytest.skip(f"cannot run {name} binaries here: no {target.launcher[:1] or target.cpu_flags} on this machine")
     for program in (tuned_softmax(m=4, n=32), load(VECTORS), load(NAN_PROGRAM), load(KERNELS["matmul"].small()),
-                    load(REDUCTIONS)):
+                    load(REDUCTIONS), load(STRIDED)):
         assert_matches(program, cache, target=target)
     inputs = math_inputs()
     check_math(compiled_outputs(load(MATH), inputs, cache, target), inputs["x"])
@@ -735,6 +735,47 @@ def test_vectors_of_54_lanes_compute_in_pieces_what_the_interpreter_does(cache: 
     kernel = kernel[kernel.index("static void kernel"):kernel.index("static void *dojo_alloc")]
     assert kernel.count("*(vf32x16u *)&b_y[") == 3 and "*(vf32x4u *)&b_y[i0*54 + 48]" in kernel
     assert "b_y[i0*54 + 53] = " in kernel and "dojo_hmax_f32x16(" in kernel
+    for seed in range(3):
+        assert_matches(program, cache, random_inputs(program, seed))
+
+
+STRIDED = """kernel k(x, d, n) -> y, p, s, e, f, t
+
+x f32 [3, 32] heap
+d f64 [2, 40] heap
+n i32 [3, 31] heap
+y f32 [3, 16] heap
+p f32 [3, 8] heap
+s f32 [3] heap
+e f64 [2, 8] heap
+f f32 [3, 6] heap
+t f32 [3, 3] heap
+
+3 16:v y[{0},{1}] = max(x[{0},{1}*2], x[{0},{1}*2+1]) + n[{0},{1}*2]
+3 8:v p[{0},{1}] = x[{0},{1}*3+{0}] * x[{0},{1}*4+1] - x[{0},{1}*2+14]
+3 s[{0}] = 0
+| 15:v s[{0}] += x[{0},{1}*2+1] * 2
+2 8:v e[{0},{1}] = d[{0},{1}*5+{0}]
+3 6:v f[{0},{1}] = x[{0},{1}*5]
+3 3:v t[{0},{1}] = x[{0},{1}*2+{0}+25]
+"""
+
+
+def test_strided_reads_are_gathered_by_shuffles_of_contiguous_loads(cache: Path) -> None:
+    """A read that steps by 2, 3 or 4 per lane (a stride-2 pool's window) is loaded as contiguous
+    vectors and shuffled, the last load ending at the last element it needs: `x[{0},{1}*2+1]`
+    reads up to the array's last element, 16 lanes from `p` to `p + 30`. Wider strides read element by
+    element; horizontal reductions, 6 lanes (a piece and scalars), 3 lanes, f64 and converted i32
+    reads agree with the interpreter too."""
+    program = load(STRIDED)
+    source = generate(program, NATIVE)
+    helper = next(line for line in source.splitlines() if line.startswith("static inline vf32x16 dojo_gather2_f32x16"))
+    assert "*(const vf32x16u *)p;" in helper and "*(const vf32x16u *)(p + 15)" in helper
+    assert "0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31" in helper
+    assert "dojo_gather3_f32x8" in source and "dojo_gather4_f32x8" in source and "dojo_gather2_i32x16" in source
+    assert "static inline vf64x8 dojo_gather5_f64x8(const double *p) { return (vf64x8){p[0], p[5]," in source
+    kernel = source[source.index("static void kernel"):source.index("static void *dojo_alloc")]
+    assert kernel.count("for (") == 6  # the row scopes alone: every `:v` is vectorized
     for seed in range(3):
         assert_matches(program, cache, random_inputs(program, seed))
 

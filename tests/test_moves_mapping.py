@@ -78,6 +78,27 @@ def test_reductions_are_not_parallel_but_their_outer_scopes_are() -> None:
     assert "is strided" in why_not(program, "vectorize_scope(op=c#2, depth=2)")
 
 
+POOL = """kernel k(x) -> y, z
+
+x f32 [4, 32] heap
+y f32 [4, 16] heap
+z f32 [4, 32] heap
+
+4 16 y[{0},{1}] = max(x[{0},{1}*2], x[{0},{1}*2+1])
+4 16 z[{0},{1}*2] = x[{0},{1}]
+"""
+
+
+def test_a_read_may_stride_through_the_lanes_but_a_write_may_not() -> None:
+    """A stride-2 pool's reads are a vector (the code generator gathers them); a store that
+    skips elements is not, nor is a read whose index steps down."""
+    program = load(POOL)
+    assert why_not(program, "vectorize_scope(op=y, depth=1)") is None
+    assert "is strided" in why_not(program, "vectorize_scope(op=z, depth=1)")
+    reversed_read = load(POOL.replace("x[{0},{1}*2+1]", "x[{0},31-{1}]"))
+    assert "is strided" in why_not(reversed_read, "vectorize_scope(op=y, depth=1)")
+
+
 def test_the_papers_gpu_elementwise_multiply() -> None:
     program = load(KERNELS["mul"].text(m=2, n=32))
     moves = ["split_scope(op=z, depth=1, factor=4)", "map_gpu(op=z, depth=0, kind=g)",

@@ -17,7 +17,10 @@ Legal when
 - every access is vectorizable: an index either does not use the lane
   variable `{d}` (a broadcast) or is `{d}` with coefficient 1 plus terms of
   outer scopes in the last dimension only (contiguous), and that dimension is
-  not folded (`D:K`);
+  not folded (`D:K`); a read may also step by a constant of more than 1
+  there (strided: `x[{h}*2+{i}, {d}*2+{j}]`, a pool's or a strided
+  convolution's window, which the code generator loads as contiguous
+  vectors and shuffles);
 - the target varies with the lane (contiguous), except that a reduction
   (`+= *= max= min=`) may have a target without `{d}`: a horizontal
   reduction, whose lanes are combined in another order (reassociation, which
@@ -57,17 +60,17 @@ def candidates(a: Analysis) -> Iterator[Move]:
             yield Move(NAME, (("op", label), ("depth", depth)), a.first_site(path).line)
 
 
-def _unvectorizable(a: Analysis, access: Access, lane: int) -> str | None:
+def _unvectorizable(a: Analysis, access: Access, lane: int, read: bool) -> str | None:
     """Why the lanes' instances of `access` are not one vector load or store
-    (contiguous) or one broadcast, or None."""
+    (contiguous), one broadcast, or for a read a strided load, or None."""
     last = len(access.index) - 1
     for position, index in enumerate(access.index):
         coef = affine(index).coef(lane)
         if not coef:
             continue
-        if position != last or coef != 1:
+        if position != last or coef < 1 or (coef > 1 and not read):
             return (f"`{access_text(access)}` is strided in the lanes: `{{{lane}}}` may appear only in the last "
-                    "index, with coefficient 1")
+                    f"index, with coefficient 1{', or more in a read' if read else ''}")
         if a.program.buffer_of[access.array].dims[last].stored is not None:
             return f"`{access_text(access)}` runs along a folded (`D:K`) dimension, which is not contiguous"
     return None
@@ -79,7 +82,7 @@ def _vector_problem(a: Analysis, op: Op, lane: int, size: int) -> str | None:
     if size * widest > VECTOR_BYTES:
         return f"{size} lanes of {widest} bytes exceed the {VECTOR_BYTES} bytes a vector may take"
     for access in arrays:
-        problem = _unvectorizable(a, access, lane)
+        problem = _unvectorizable(a, access, lane, read=access is not op.target)
         if problem:
             return problem
     if not any(affine(i).coef(lane) for i in op.target.index) and not op.reduction:
