@@ -6,7 +6,7 @@ each joined into one kernel whose loops the tuner can then fuse.
         write(kernel.render(comment=...))   # one file per group; `kernel.sources` names its ONNX values
 
 A node is fusable when its operator computes each output element from the elements at the same
-position (ELEMENTWISE) or reduces and normalises along axes (REDUCTIONS); matrix products,
+position (ELEMENTWISE) or reduces and normalises along axes or windows (REDUCTIONS); matrix products,
 convolutions and layout operators stay alone. Groups grow in the graph's order: a fusable node
 joins the groups of the fusable nodes it reads from when the graph of calls stays acyclic, that is
 when no path leaves the joined group and comes back into it. A group's kernels are joined as they
@@ -18,7 +18,10 @@ operation, which the heuristic pass vectorises (it leaves scopes of several oper
 
 A matrix product or a convolution (PRODUCTS) and the Adds after it that keep its shape (a bias, a
 residual) are a group of their own: the product accumulates onto their sum (`_fold`), so that no
-loop nest follows it; when that cannot be written the members stay apart.
+loop nest follows it; when that cannot be written the members stay apart. Fusable nodes that read
+the group's result, which nothing else reads, then join it as loop nests after the product's (a
+convolution's Relu and MaxPool: the tuner fuses the convolution and the pool image by image, and
+no call reads the convolution's output back).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ REDUCTIONS = frozenset({
     "ReduceSum", "ReduceSumSquare", "Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization",
     "InstanceNormalization", "GroupNormalization", "LpNormalization", "MeanVarianceNormalization",
     "RMSNormalization",
+    # pools reduce windows: the elementwise nodes before one are written into its reads
+    "MaxPool", "AveragePool", "LpPool", "GlobalMaxPool", "GlobalAveragePool", "GlobalLpPool", "LRN",
 })
 FUSABLE = ELEMENTWISE | REDUCTIONS
 # A product and the Adds after it (a bias, a residual) are one kernel whose product accumulates onto
@@ -65,7 +70,7 @@ def fuse_graph(graph: Sequence[tuple[Node, Kernel | None]],
         for value in node.inputs:
             if value is not None and value.name in producer:
                 successors[producer[value.name]].add(i)
-    group_of = _groups(nodes, kernels, producer, successors, keep)
+    group_of, epilogues = _groups(nodes, kernels, producer, successors, keep)
     members: dict[int, list[int]] = {}
     for i, group in enumerate(group_of):
         members.setdefault(group, []).append(i)
@@ -74,20 +79,26 @@ def fuse_graph(graph: Sequence[tuple[Node, Kernel | None]],
         covered = members[group]
         if kernels[covered[0]] is None:
             continue
+        if nodes[covered[0]].op in PRODUCTS:
+            head = [i for i in covered if i == covered[0] or i in epilogues]
+            if len(head) > 1 and len(join([(nodes[i], kernels[i]) for i in head], _used_outside(head, nodes, keep))
+                                     .lines) != len(kernels[covered[0]].lines):
+                # an Add that did not fold would be a loop nest after the product: better its own kernel
+                result.extend(((nodes[i],), kernels[i]) for i in covered)
+                continue
         kernel = kernels[covered[0]] if len(covered) == 1 else \
             join([(nodes[i], kernels[i]) for i in covered], _used_outside(covered, nodes, keep))
-        if nodes[covered[0]].op in PRODUCTS and len(kernel.lines) != len(kernels[covered[0]].lines):
-            # an Add that did not fold would be a loop nest after the product: better its own kernel
-            result.extend(((nodes[i],), kernels[i]) for i in covered)
-            continue
         result.append((tuple(nodes[i] for i in covered), kernel))
     return result
 
 
 def _groups(nodes: Sequence[Node], kernels: Sequence[Kernel | None], producer: dict[str, int],
-            successors: Sequence[set[int]], keep: Collection[str]) -> list[int]:
-    """Each node's group (the index of its first node), grown greedily in the graph's order."""
+            successors: Sequence[set[int]], keep: Collection[str]) -> tuple[list[int], set[int]]:
+    """Each node's group (the index of its first node), grown greedily in the graph's order, and
+    the Adds that joined a product's group as its epilogue."""
     group_of = list(range(len(nodes)))
+    epilogues: set[int] = set()
+    followed: set[int] = set()  # product groups that a node after their epilogue joined
     groups: dict[int, set[int]] = {i: {i} for i in range(len(nodes))}
     written = [kernel is not None for kernel in kernels]
     products = {i for i, node in enumerate(nodes) if written[i] and node.op in PRODUCTS}  # epilogue groups
@@ -111,21 +122,35 @@ def _groups(nodes: Sequence[Node], kernels: Sequence[Kernel | None], producer: d
         groups[target] = joined
         return True
 
+    def joinable(value: Value) -> int | None:
+        """The group that a fusable node reading `value` may join: a fusable producer's, or a
+        product's whose result it is, read by that node alone (a Relu or a pool after a Conv,
+        which the tuner then fuses per image)."""
+        made = producer.get(value.name)
+        if made is None:
+            return None
+        group = group_of[made]
+        if group not in products:
+            return group if fusable[made] else None
+        alone = made == max(groups[group]) and readers.get(value.name) == 1 and value.name not in keep
+        return group if alone else None
+
     for i, node in enumerate(nodes):
         if written[i] and node.op in EPILOGUE:
-            head = _epilogue_of(node, producer, group_of, products, readers, keep)
+            head = _epilogue_of(node, producer, group_of, products - followed, readers, keep)
             if head is not None and join_groups([head], i):
+                epilogues.add(i)
                 continue
         if not fusable[i]:
             continue
-        candidates = list(dict.fromkeys(group_of[producer[v.name]] for v in node.inputs
-                                        if v is not None and v.name in producer and fusable[producer[v.name]]
-                                        and group_of[producer[v.name]] not in products))
+        candidates = list(dict.fromkeys(g for g in (joinable(v) for v in node.inputs if v is not None)
+                                        if g is not None))
         # all the producers' groups at once, else the first one that keeps the calls acyclic
         for choice in ([candidates] if len(candidates) > 1 else []) + [[c] for c in candidates]:
             if join_groups(choice, i):
+                followed.update(c for c in choice if c in products)
                 break
-    return group_of
+    return group_of, epilogues
 
 
 def _epilogue_of(node: Node, producer: dict[str, int], group_of: Sequence[int], products: Collection[int],

@@ -16,6 +16,10 @@ and Size at static shapes. Nodes that only move such constants around as exporte
 here with onnx's numpy reference implementation, so that a Reshape fed by Shape -> Gather ->
 Concat sees its shape. Folded nodes have neither a kernel nor a reason: in model.json they have
 `"kernel": null, "unsupported": null`, and a runner computes them as it computes skipped nodes.
+A BatchNormalization of constant statistics after a Conv of constant weights is folded into them
+(batchnorm.py, as ONNX Runtime does): the Conv's call reads derived weights and writes the
+BatchNormalization's output, and covers both nodes. The derived constants are model.json's
+`constants` (with what each comes from) and DIR/constants.npz.
 
 Identical kernels (same operator, shapes and attributes, hence the same text) are one kernel and
 one file, so that a model's repeated layers are tuned once; a kernel is named after its operator
@@ -25,8 +29,9 @@ one file, so that a model's repeated layers are tuned once; a kernel is named af
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +42,14 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from dojo_ir import DojoError, load
-from runner.files import write_atomically
+from runner.files import write_arrays, write_atomically
 
 from ..kernels import RESERVED
+from .batchnorm import fold_into_conv
 from .catalogue import FOLDED, NOT_EXPRESSIBLE, kernel_for
 from .fuse import fuse_graph
 from .nodes import DTYPES, Kernel, Node, Unsupported, Value, identifier
+from .reads import used_names
 from .registry import OPERATORS
 
 FOLDABLE = frozenset({"Identity", "Cast", "Unsqueeze", "Concat", "Gather", "Slice"})
@@ -74,6 +81,20 @@ class Skipped:
 
 
 @dataclass(frozen=True)
+class Derived:
+    """A constant the import computed from the model's own (a Conv's weights with a
+    BatchNormalization folded in): a kernel's call reads it by its name."""
+
+    value: np.ndarray
+    sources: tuple[str, ...]  # the model's constants it comes from
+    how: str
+
+    def json(self, name: str) -> dict[str, Any]:
+        return {"name": name, "dtype": DTYPES[helper.np_dtype_to_tensor_dtype(self.value.dtype)],
+                "shape": list(self.value.shape), "from": list(self.sources), "how": self.how}
+
+
+@dataclass(frozen=True)
 class Imported:
     """The result of an import. `inputs`, `outputs` and `nodes` are model.json's entries of the
     same names (the graph's tensors, and every node with its kernel or reason)."""
@@ -86,11 +107,13 @@ class Imported:
     inputs: tuple[dict[str, Any], ...] = ()
     outputs: tuple[dict[str, Any], ...] = ()
     nodes: tuple[dict[str, Any], ...] = ()
+    constants: Mapping[str, Derived] = field(default_factory=dict)  # written to DIR/constants.npz
 
     def to_json(self) -> dict[str, Any]:
         """DIR/model.json."""
         return {"format": 1, "model": self.model, "fused": self.fused, "inputs": list(self.inputs),
                 "outputs": list(self.outputs),
+                "constants": [derived.json(name) for name, derived in self.constants.items()],
                 "calls": [{"kernel": c.kernel, "file": f"{c.kernel}.dojo", "nodes": list(c.nodes),
                            "inputs": list(c.inputs), "outputs": list(c.outputs)} for c in self.calls],
                 "nodes": list(self.nodes)}
@@ -300,8 +323,7 @@ def _kernel(node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[str, T
     attributes = _attributes(node)
     inputs = tuple(n or None for n in node.input)
     outputs = tuple(n for n in node.output if n)
-    loose = Node(name, node.op_type, tuple(n and _loose_value(n, tensors, constants) for n in inputs),
-                 tuple(_loose_value(n, tensors, constants) for n in outputs), attributes, opset)
+    loose = _loose_node(node, name, opset, tensors, constants)
     try:
         if node.domain not in DEFAULT_DOMAINS:
             raise Unsupported("not written", f"operator {node.op_type} of domain `{node.domain}`")
@@ -312,6 +334,42 @@ def _kernel(node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[str, T
         return full, _checked(kernel_for, full)
     except Unsupported as why:
         return loose, why
+
+
+def _loose_node(node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[str, Tensor],
+                constants: Mapping[str, np.ndarray]) -> Node:
+    return Node(name, node.op_type, tuple(n and _loose_value(n, tensors, constants) or None for n in node.input),
+                tuple(_loose_value(n, tensors, constants) for n in node.output if n), _attributes(node), opset)
+
+
+def _fold_into_product(onnx_node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[str, Tensor],
+                       constants: dict[str, np.ndarray], graph_nodes: list[tuple[Node, Kernel | None]],
+                       made_by: Mapping[str, tuple[int, onnx.NodeProto]], readers: Mapping[str, int],
+                       derived: dict[str, Derived], absorbed: dict[str, list[Node]], taken: set[str]) -> bool:
+    """Fold a BatchNormalization of constants into the Conv of constant weights whose output only
+    it reads (batchnorm.py): the Conv's entry in `graph_nodes` becomes the Conv with the derived
+    weights, writing the BatchNormalization's output, which `absorbed` lists under it; the derived
+    constants' names are not in `taken`, and join it. Whether it did."""
+    if onnx_node.op_type != "BatchNormalization" or onnx_node.domain not in DEFAULT_DOMAINS or not onnx_node.input \
+            or onnx_node.input[0] not in made_by or readers[onnx_node.input[0]] != 1:
+        return False
+    position, conv = made_by[onnx_node.input[0]]
+    product, kernel = graph_nodes[position]
+    if kernel is None or product.name in absorbed:
+        return False
+    folded = fold_into_conv(conv, onnx_node, constants, taken)
+    if folded is None:
+        return False
+    node, result = _kernel(folded.node, product.name, opset, tensors, {**constants, **folded.constants})
+    if isinstance(result, Unsupported):
+        return False
+    constants.update(folded.constants)
+    taken.update(folded.constants)
+    derived.update((n, Derived(value, tuple(folded.sources[n]), f"{product.name}'s weights with {name} folded in"))
+                   for n, value in folded.constants.items())
+    graph_nodes[position] = (node, result)
+    absorbed[product.name] = [_loose_node(onnx_node, name, opset, tensors, constants)]
+    return True
 
 
 def _checked(build: Callable[[Node], Kernel], node: Node) -> Kernel:
@@ -374,6 +432,12 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
     graph_nodes: list[tuple[Node, Kernel | None]] = []
     records: list[dict[str, Any]] = []
     skipped: list[Skipped] = []
+    derived: dict[str, Derived] = {}
+    absorbed: dict[str, list[Node]] = {}  # a kernel's node -> the nodes folded into it
+    made_by: dict[str, tuple[int, onnx.NodeProto]] = {}  # a value -> its node's entry in graph_nodes
+    readers = Counter(n for node in graph.node for n in used_names(node))
+    readers.update(o.name for o in graph.output)
+    taken = {*constants, *tensors, *(n for node in graph.node for n in (*node.input, *node.output))}
     for onnx_node, node_name in zip(graph.node, names, strict=True):
         record = {"name": node_name, "op": onnx_node.op_type, "inputs": list(onnx_node.input),
                   "outputs": list(onnx_node.output), "attributes": {k: _jsonable(v) for k, v in
@@ -384,12 +448,16 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
         if folded is not None:
             constants.update(zip((n for n in onnx_node.output if n), folded, strict=False))
             continue
+        if _fold_into_product(onnx_node, node_name, opset, tensors, constants, graph_nodes, made_by, readers,
+                              derived, absorbed, taken):
+            continue
         node, result = _kernel(onnx_node, node_name, opset, tensors, constants)
         if isinstance(result, Unsupported):
             skipped.append(Skipped(node_name, onnx_node.op_type, result.feature, result.detail))
             record["unsupported"] = {"feature": result.feature, "detail": result.detail}
             graph_nodes.append((node, None))
         else:
+            made_by.update((o, (len(graph_nodes), onnx_node)) for o in onnx_node.output)
             graph_nodes.append((node, result))
 
     if fuse:
@@ -397,6 +465,8 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
                   fuse_graph(graph_nodes, keep={o.name for o in graph.output})]
     else:
         groups = [((node, ), kernel) for node, kernel in graph_nodes if kernel is not None]
+    groups = [(tuple(m for node in nodes for m in (node, *absorbed.get(node.name, ()))), kernel)
+              for nodes, kernel in groups]
     kernels, calls = _calls(name, groups)
     by_node = {node: call.kernel for call in calls for node in call.nodes}
     for record in records:
@@ -405,6 +475,7 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
     known = set(constants)
     return Imported(
         model=name, kernels=kernels, calls=tuple(calls), skipped=tuple(skipped), fused=fuse,
+        constants={n: d for n, d in derived.items() if any(n in call.inputs for call in calls)},
         inputs=tuple(_tensor(i).json(i.name) for i in graph.input if i.name not in known and _tensor(i)),
         outputs=tuple(_tensor(o).json(o.name) for o in graph.output if _tensor(o)),
         nodes=tuple(records))
@@ -417,6 +488,10 @@ def write_import(imported: Imported, out: Path) -> list[Path]:
     for name, text in imported.kernels.items():
         path = out / f"{name}.dojo"
         write_atomically(path, text.encode())
+        written.append(path)
+    if imported.constants:
+        path = out / "constants.npz"
+        write_arrays(path, {name: derived.value for name, derived in imported.constants.items()})
         written.append(path)
     path = out / "model.json"
     write_atomically(path, (json.dumps(imported.to_json(), indent=1) + "\n").encode())

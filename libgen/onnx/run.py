@@ -10,7 +10,8 @@ import runs on the library's kernel of its name only when that kernel was built 
 (the manifest's `spec_hash` is `text_hash` of the imported kernel), so a library built from another
 model or another import never computes something else. Reshape, Flatten, Squeeze, Unsqueeze and
 Identity are numpy views of their input; nodes of constant inputs only (Constant, what the import
-folds) are computed once, when the runner is made; every other node runs on ONNX Runtime: one
+folds) are computed once, when the runner is made, and so are the constants the import derives
+(a Conv's weights with a BatchNormalization folded in); every other node runs on ONNX Runtime: one
 session per run of consecutive such nodes, built once, with as many intra-op threads as the
 process has cores. Every value of static shape has its own 64-byte aligned buffer,
 allocated once, that the library's kernels and ONNX Runtime (through an IOBinding) write in place,
@@ -32,6 +33,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..runtime import Library, aligned_empty
+from .reads import used_names
 
 VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
@@ -107,6 +109,7 @@ class ModelRunner:
         self.inputs = model_inputs(model, self.infos, self.model)
         self.outputs = [value.name for value in model.graph.output]
         self._constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        self._constants.update((name, derived.value) for name, derived in imported.constants.items())
 
         units = _units(self._nodes, names, imported.calls)
         for unit in units:
@@ -392,16 +395,6 @@ def _merged(units: list[_Unit], outputs: Iterable[str]) -> list[_Unit]:
             unit.outputs = [o for o in unit.outputs if o in read]
         read.update(unit.inputs)
     return merged
-
-
-def used_names(node: onnx.NodeProto) -> list[str]:
-    """The values `node` reads: its inputs, and those its subgraphs read from the graph around them."""
-    names = [n for n in node.input if n]
-    for attribute in node.attribute:
-        for graph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
-            defined = {v.name for v in [*graph.input, *graph.initializer]} | {o for n in graph.node for o in n.output}
-            names.extend(n for inner in graph.node for n in used_names(inner) if n not in defined)
-    return list(dict.fromkeys(names))
 
 
 def sub_model(model: onnx.ModelProto, nodes: Sequence[onnx.NodeProto], inputs: Sequence[str], outputs: Sequence[str],

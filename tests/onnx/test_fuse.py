@@ -299,23 +299,30 @@ def test_a_value_read_by_lines_that_become_one_is_written_into_it() -> None:
 
 
 def test_a_product_accumulates_onto_its_bias_and_residual() -> None:
-    """MatMul, Add a bias, Add the residual: one kernel of two lines, the product accumulating onto
-    their sum, so no loop nest follows it; a Relu after that is a kernel of its own."""
+    """MatMul, Add a bias, Add the residual: one kernel, the product accumulating onto their sum,
+    so no loop nest follows it but that of the Relu after them, which reads the sum in the same
+    kernel."""
     x, w, c = value("x", 3, 5), value("w", 5, 5), value("c", 5)
     p, q, r, y = value("p", 3, 5), value("q", 3, 5), value("r", 3, 5), value("y", 3, 5)
     nodes = [node("MatMul", [x, w], p), node("Add", [p, c], q), node("Add", [x, q], r), node("Relu", [r], y)]
     rng = np.random.default_rng(2)
     feeds = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in (x, w, c)}
     fused = assert_fusion_keeps_results(nodes, feeds, ["y"], rtol=1e-5)
-    assert [[n.op for n in group] for group, _ in fused] == [["MatMul", "Add", "Add"], ["Relu"]]
+    assert [[n.op for n in group] for group, _ in fused] == [["MatMul", "Add", "Add", "Relu"]]
     product = fused[0][1]
-    assert not product.temporaries and [a.name for a in product.outputs] == ["y"]
+    (total,) = product.temporaries
+    assert [a.name for a in product.outputs] == ["y"]
     arrays = {product.sources[a.name]: a.name for a in product.inputs + product.outputs}
-    assert product.lines == [f"3 5 y[{{0}},{{1}}] = {arrays['c']}[{{1}}] + {arrays['x']}[{{0}},{{1}}]",
-                             f"3 5 5 y[{{0}},{{1}}] += {arrays['x']}[{{0}},{{2}}] * {arrays['w']}[{{2}},{{1}}]"]
+    t, x_, w_ = total.name, arrays["x"], arrays["w"]
+    assert product.lines == [f"3 5 {t}[{{0}},{{1}}] = {arrays['c']}[{{1}}] + {x_}[{{0}},{{1}}]",
+                             f"3 5 5 {t}[{{0}},{{1}}] += {x_}[{{0}},{{2}}] * {w_}[{{2}},{{1}}]",
+                             f"3 5 y[{{0}},{{1}}] = max({t}[{{0}},{{1}}], 0)"]
 
 
-def test_a_product_read_elsewhere_or_broadcast_by_its_add_is_not_folded() -> None:
+def test_a_product_read_elsewhere_is_not_followed_nor_one_broadcast_by_its_add_folded() -> None:
+    """A product's result that two nodes read stays an output of its own kernel; an Add that
+    broadcasts it to a larger shape cannot be where its accumulation starts, and follows it as a
+    line of its own."""
     x, w, row = value("x", 3, 5), value("w", 5, 5), value("row", 1, 5)
     p, q, e, s = value("p", 3, 5), value("q", 3, 5), value("e", 3, 5), value("s", 3, 5)
     used_twice = [node("MatMul", [x, w], p), node("Add", [p, x], q), node("Exp", [p], e)]
@@ -326,4 +333,5 @@ def test_a_product_read_elsewhere_or_broadcast_by_its_add_is_not_folded() -> Non
     small = value("small", 1, 5)
     broadcast_result = [node("MatMul", [row, w], small), node("Add", [small, x], s)]  # [1,5] + [3,5]: grows
     fused = assert_fusion_keeps_results(broadcast_result, feeds, ["s"])
-    assert [len(group) for group, _ in fused] == [1, 1]
+    ((_, kernel),) = fused
+    assert len(kernel.lines) == 3 and kernel.lines[-1].startswith("3 5 y[") and "matmul_y[0,{1}]" in kernel.lines[-1]

@@ -46,6 +46,7 @@ def assert_calls_match_ort(imported, proto, feed):
     """Each written kernel, run by the reference interpreter on its call's ORT inputs, gives ORT's
     outputs for its node(s)."""
     values = every_value(proto, feed)
+    values.update((name, derived.value) for name, derived in imported.constants.items())
     for call in imported.calls:
         text = imported.kernels[call.kernel]
         program = load(text)
@@ -208,6 +209,86 @@ def test_fusing_joins_an_elementwise_chain():
     assert imported.fused and any(len(c.nodes) > 1 for c in imported.calls)
     assert {n for c in imported.calls for n in c.nodes} == {"/add", "/relu", "/matmul"}
     assert_calls_match_ort(imported, chain(), {"x": normal(3, 5, 7)})
+
+
+def conv_bn(*, bias=True, group=1, bn_attributes=None, stats_as_input=False, conv_output_too=False,
+            opset=21, then=None):
+    """x [2, 4, 6, 5] -> Conv (3x3, 6 channels, pads 1) -> BatchNormalization -> y, and `then`
+    (an operator reading y) when given."""
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((6, 4 // group, 3, 3)).astype(np.float32)
+    inits = [numpy_helper.from_array(weight, "w")]
+    conv_inputs = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(6).astype(np.float32), "b"))
+        conv_inputs.append("b")
+    stats = {"scale": 1 + 0.2 * rng.standard_normal(6), "shift": 0.3 * rng.standard_normal(6),
+             "mean": 0.3 * rng.standard_normal(6), "var": 0.5 + rng.random(6)}
+    inputs = [tensor("x", [2, 4, 6, 5])]
+    for name, value in stats.items():
+        if stats_as_input and name == "mean":
+            inputs.append(tensor(name, [6]))
+        else:
+            inits.append(numpy_helper.from_array(value.astype(np.float32), name))
+    nodes = [helper.make_node("Conv", conv_inputs, ["c"], name="conv", pads=[1, 1, 1, 1], group=group),
+             helper.make_node("BatchNormalization", ["c", *stats], ["y"], name="bn", **(bn_attributes or {}))]
+    outputs = [tensor("y", [2, 6, 6, 5])] + ([tensor("c", [2, 6, 6, 5])] if conv_output_too else [])
+    if then is not None:
+        nodes.append(helper.make_node(then, ["y"], ["z"], name="then"))
+        outputs = [tensor("z", None)]
+    return model(nodes, inputs, outputs, inits, opset=opset)
+
+
+def feed_of(proto):
+    feed = {"x": normal(2, 4, 6, 5)}
+    if any(i.name == "mean" for i in proto.graph.input):
+        feed["mean"] = normal(6, seed=5)
+    return feed
+
+
+@pytest.mark.parametrize("variant", [{}, {"bias": False}, {"group": 2}, {"bn_attributes": {"epsilon": 0.01}},
+                                     {"opset": 9, "bn_attributes": {"momentum": 0.8}}],
+                         ids=["bias", "no-bias", "groups", "epsilon", "opset-9"])
+def test_a_batchnorm_after_a_conv_folds_into_its_weights(variant, tmp_path):
+    proto = conv_bn(**variant)
+    imported = import_model(proto)
+    (call,) = imported.calls
+    assert call.nodes == ("conv", "bn") and call.outputs == ("y",)
+    derived = imported.constants
+    assert call.inputs[1:] == tuple(derived) and call.inputs[0] == "x"
+    assert set(derived[call.inputs[1]].sources) == {"w", "scale", "shift", "mean", "var"}
+    assert "BatchNormalization" not in imported.kernels[call.kernel].split("\n\n", 1)[1]  # only in its comment
+    assert_calls_match_ort(imported, proto, feed_of(proto))
+    write_import(imported, tmp_path)
+    doc = json.loads((tmp_path / "model.json").read_text())
+    assert [c["name"] for c in doc["constants"]] == list(derived)
+    assert [n["kernel"] for n in doc["nodes"]] == [call.kernel, call.kernel]
+    with np.load(tmp_path / "constants.npz") as written:
+        for name, value in derived.items():
+            np.testing.assert_array_equal(written[name], value.value)
+
+
+@pytest.mark.parametrize("variant", [{"bn_attributes": {"training_mode": 1}, "opset": 15}, {"stats_as_input": True},
+                                     {"conv_output_too": True}],
+                         ids=["training", "statistics-not-constant", "conv-output-used-elsewhere"])
+def test_a_batchnorm_that_cannot_fold_stays_a_kernel_of_its_own(variant):
+    proto = conv_bn(**variant)
+    imported = import_model(proto)
+    assert [c.nodes for c in imported.calls if not any(n == "bn" for n in c.nodes)] == [("conv",)]
+    assert not imported.constants and not imported.to_json()["constants"]
+    if "training_mode" not in variant.get("bn_attributes", {}):
+        assert_calls_match_ort(imported, proto, feed_of(proto))
+
+
+def test_fusing_reads_a_convs_activation_and_pool_into_its_kernel():
+    proto = conv_bn(then="Relu")
+    proto.graph.node.append(helper.make_node("MaxPool", ["z"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]))
+    proto.graph.output[0].CopyFrom(helper.make_tensor_value_info("p", F, None))
+    imported = import_model(proto, fuse=True)
+    (call,) = imported.calls
+    assert call.nodes == ("conv", "bn", "then", "pool") and call.outputs == ("p",)
+    assert "max= (max(conv_y[" in imported.kernels[call.kernel]  # the Relu written into the pool's read
+    assert_calls_match_ort(imported, proto, feed_of(proto))
 
 
 def test_a_file_that_is_not_a_model_is_a_clear_error(tmp_path):

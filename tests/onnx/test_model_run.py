@@ -96,8 +96,9 @@ def test_a_fused_conv_block_runs_wholly_on_its_library_fused_or_not_found_by_its
     assert runner.placement["/bn1/BatchNormalization"] == runner.placement["/relu1/Relu"] == "library"
     assert_runs_as_onnxruntime(runner, path)
     unfused = ModelRunner(path, library, fuse=False)  # asked for: only the kernels both imports share run on it
-    assert unfused.placement["/conv1/Conv"] == "library"
-    assert unfused.placement["/bn1/BatchNormalization"] == unfused.placement["/relu1/Relu"] == "onnxruntime"
+    assert unfused.placement["/fc/Gemm"] == "library"
+    assert unfused.placement["/conv1/Conv"] == unfused.placement["/bn1/BatchNormalization"] == "onnxruntime"
+    assert unfused.placement["/relu1/Relu"] == unfused.placement["/pool/MaxPool"] == "onnxruntime"
     assert_runs_as_onnxruntime(unfused, path)
 
 
