@@ -204,3 +204,20 @@ def test_kernels_rejects_an_unknown_kernel_or_parameter() -> None:
     assert unknown.returncode == 1 and "no kernel `nope`" in unknown.stderr
     bad = dojo("kernels", "matmul", "--shape", "q=3")
     assert bad.returncode == 1 and "q" in bad.stderr
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`dojo moves FILE | head -1`: the closed pipe ends the command as SIGPIPE would, without a
+    traceback (1,638 moves, 120 KB, more than a pipe holds: a write after the close fails)."""
+    count = 40
+    outputs = ", ".join(f"y{i}" for i in range(count))
+    arrays = "".join(f"y{i} f32 [64, 64] heap\n" for i in range(count))
+    lines = "".join(f"64 64 y{i}[{{0}},{{1}}] = x[{{0}},{{1}}] * {i}\n" for i in range(count))
+    path = tmp_path / "many.dojo"
+    path.write_text(f"kernel k(x) -> {outputs}\n\nx f32 [64, 64] heap\n{arrays}\n{lines}")
+    process = subprocess.Popen([sys.executable, "-m", "server.cli", "moves", str(path)], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.readline().strip()
+    process.stdout.close()
+    _, errors = process.communicate(timeout=120)
+    assert process.returncode == 141 and b"Traceback" not in errors
