@@ -109,8 +109,11 @@ def bench_model(name: str, out: Path, quick: bool, count: int, repeats: int, bud
     with machine_lock():
         times = rounds({"onnxruntime": lambda: session.run(None, feeds), "library": lambda: runners[False].run(feeds),
                         "fused": lambda: runners[True].run(feeds)}, count, repeats)
+    per_round = {k: [statistics.median(v[r:r + repeats]) for r in range(0, len(v), repeats)] for k, v in times.items()}
     return {"name": name, "shape": list(x.shape), "build_s": build_s, "load": (load, os.getloadavg()[0]),
             "medians": {k: statistics.median(v) for k, v in times.items()}, "calls": len(times["library"]),
+            "paired": {k: statistics.median(o / t for o, t in zip(per_round["onnxruntime"], v, strict=True))
+                       for k, v in per_round.items() if k != "onnxruntime"},
             "differences": differences,
             "placement": {RUNS[fuse]: dict(Counter(r.placement.values())) for fuse, r in runners.items()}}
 
@@ -151,8 +154,16 @@ def report(results: list[list[dict]], args: argparse.Namespace) -> str:
                      f"{ms(median['library'])} | {ratios(runs, 'library')} | {ms(median['fused'])} | "
                      f"{ratios(runs, 'fused')} | {max(r['differences']['library'] for r in runs):.2g}, "
                      f"{max(r['differences']['fused'] for r in runs):.2g} |")
-    lines += ["", "`vs ORT` is ONNX Runtime's median over the library's: above 1, the library is faster. Where "
-              "the nodes ran, and the rest:", ""]
+    lines += ["", "`vs ORT` is ONNX Runtime's median over the library's: above 1, the library is faster. The "
+              "machine's speed drifts over seconds, more than between two runtimes' rounds a tenth of a second "
+              "apart; paired by round (each round's ONNX Runtime median over the library's, the median of those "
+              "over a process's rounds), the ratios are, as median (range) over the processes:", ""]
+    for runs in results:
+        paired = {k: sorted(r["paired"][k] for r in runs) for k in ("library", "fused")}
+        lines.append(f"- {runs[0]['name']}: library {statistics.median(paired['library']):.2f}x "
+                     f"({paired['library'][0]:.2f}-{paired['library'][-1]:.2f}), fused "
+                     f"{statistics.median(paired['fused']):.2f}x ({paired['fused'][0]:.2f}-{paired['fused'][-1]:.2f})")
+    lines += ["", "Where the nodes ran, and the rest:", ""]
     for runs in results:
         r = runs[0]
         loads = [load for run in runs for load in run["load"]]
@@ -202,9 +213,9 @@ def main() -> int:
     for runs in results:
         for r in runs:
             m = r["medians"]
-            print(f"{r['name']}: ONNX Runtime {m['onnxruntime'] * 1e3:.3f} ms, library {m['library'] * 1e3:.3f} ms "
-                  f"({m['onnxruntime'] / m['library']:.2f}x), fused {m['fused'] * 1e3:.3f} ms "
-                  f"({m['onnxruntime'] / m['fused']:.2f}x)")
+            each = ", ".join(f"{k} {m[k] * 1e3:.3f} ms ({m['onnxruntime'] / m[k]:.2f}x, paired {r['paired'][k]:.2f}x)"
+                             for k in ("library", "fused"))
+            print(f"{r['name']}: ONNX Runtime {m['onnxruntime'] * 1e3:.3f} ms, {each}")
     print(f"wrote {path}")
     return 0
 
