@@ -58,13 +58,14 @@ def cmd_import(args: argparse.Namespace) -> int:
     nodes = len(imported.nodes)
     if args.json:
         print(json.dumps({"out": str(out), "model": imported.model, "kernels": sorted(imported.kernels),
-                          "calls": len(imported.calls), "nodes": nodes,
+                          "calls": len(imported.calls), "nodes": nodes, "constants": list(imported.constants),
                           "skipped": [vars(s) for s in imported.skipped]}))
     else:
         covered = sum(len(c.nodes) for c in imported.calls)
+        derived = f", derived weights in {out / 'constants.npz'}" if imported.constants else ""
         print(f"{out}: {len(imported.kernels)} kernels for {covered} of {nodes} nodes of {imported.model} "
               f"({len(imported.skipped)} without a kernel, {nodes - covered - len(imported.skipped)} folded at "
-              f"import); map in {out / 'model.json'}")
+              f"import); map in {out / 'model.json'}{derived}")
     return 1 if args.strict and imported.skipped else 0
 
 

@@ -9,6 +9,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from dojo_ir import load
+from examples.onnx_models import conv_block
 from server.cli import main
 
 
@@ -57,6 +58,18 @@ def test_json_summary(tmp_path, capsys):
     main(["import", str(save_model(tmp_path / "m.onnx", with_topk=True)), "--out", str(tmp_path / "o"), "--json"])
     summary = json.loads(capsys.readouterr().out)
     assert summary["kernels"] == ["relu"] and summary["skipped"][0]["feature"] == "data-dependent range"
+
+
+def test_a_folded_batchnorm_is_named_with_its_derived_weights(tmp_path, capsys):
+    path = tmp_path / "block.onnx"
+    onnx.save(conv_block(batch=1, channels=2, size=6, features=(3, 4), classes=2), path)
+    out = tmp_path / "o"
+    assert main(["import", str(path), "--out", str(out)]) == 0
+    assert f"derived weights in {out / 'constants.npz'}" in capsys.readouterr().out
+    assert main(["import", str(path), "--out", str(tmp_path / "j"), "--json"]) == 0
+    constants = json.loads(capsys.readouterr().out)["constants"]
+    with np.load(tmp_path / "j" / "constants.npz") as written:
+        assert sorted(written.files) == sorted(constants) and len(constants) == 4  # two weights, two biases
 
 
 def test_bad_input_exits_1_naming_the_file(tmp_path, capsys):
