@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -320,36 +320,38 @@ def _kernel(node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[str, T
             constants: Mapping[str, np.ndarray]) -> tuple[Node, Kernel | Unsupported]:
     """The catalogue's node and its kernel, or why it has none. The operator's own reason comes
     before its shapes': an Equal is refused for comparing, not for its boolean output."""
-    attributes = _attributes(node)
-    inputs = tuple(n or None for n in node.input)
-    outputs = tuple(n for n in node.output if n)
-    loose = _loose_node(node, name, opset, tensors, constants)
     try:
         if node.domain not in DEFAULT_DOMAINS:
             raise Unsupported("not written", f"operator {node.op_type} of domain `{node.domain}`")
         if node.op_type in NOT_EXPRESSIBLE or node.op_type not in OPERATORS:
-            kernel_for(loose)  # raises the operator's reason before any shape is asked for
-        full = Node(name, node.op_type, tuple(n and _value(n, tensors, constants) for n in inputs),
-                    tuple(_value(n, tensors, constants) for n in outputs), attributes, opset)
+            kernel_for(_loose_node(node, name, opset, tensors, constants))  # the operator's reason, before shapes
+        full = _node(node, name, opset, lambda n: _value(n, tensors, constants))
         return full, _checked(kernel_for, full)
     except Unsupported as why:
-        return loose, why
+        return _loose_node(node, name, opset, tensors, constants), why
+
+
+def _node(node: onnx.NodeProto, name: str, opset: int, value: Callable[[str], Value]) -> Node:
+    """The catalogue's node of `node`, each of its values given by `value`."""
+    return Node(name, node.op_type, tuple(value(n) if n else None for n in node.input),
+                tuple(value(n) for n in node.output if n), _attributes(node), opset)
 
 
 def _loose_node(node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[str, Tensor],
                 constants: Mapping[str, np.ndarray]) -> Node:
-    return Node(name, node.op_type, tuple(n and _loose_value(n, tensors, constants) or None for n in node.input),
-                tuple(_loose_value(n, tensors, constants) for n in node.output if n), _attributes(node), opset)
+    """The node as far as it is known, for a node without a kernel (fusion reads only its names)."""
+    return _node(node, name, opset, lambda n: _loose_value(n, tensors, constants))
 
 
 def _fold_into_product(onnx_node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[str, Tensor],
                        constants: dict[str, np.ndarray], graph_nodes: list[tuple[Node, Kernel | None]],
                        made_by: Mapping[str, tuple[int, onnx.NodeProto]], readers: Mapping[str, int],
-                       derived: dict[str, Derived], absorbed: dict[str, list[Node]], taken: set[str]) -> bool:
+                       derived: dict[str, Derived], absorbed: dict[str, list[Node]], values: Set[str]) -> bool:
     """Fold a BatchNormalization of constants into the Conv of constant weights whose output only
     it reads (batchnorm.py): the Conv's entry in `graph_nodes` becomes the Conv with the derived
     weights, writing the BatchNormalization's output, which `absorbed` lists under it; the derived
-    constants' names are not in `taken`, and join it. Whether it did."""
+    constants join `constants` under names that neither it nor the graph's `values` have.
+    Whether it did."""
     if onnx_node.op_type != "BatchNormalization" or onnx_node.domain not in DEFAULT_DOMAINS or not onnx_node.input \
             or onnx_node.input[0] not in made_by or readers[onnx_node.input[0]] != 1:
         return False
@@ -357,14 +359,13 @@ def _fold_into_product(onnx_node: onnx.NodeProto, name: str, opset: int, tensors
     product, kernel = graph_nodes[position]
     if kernel is None or product.name in absorbed:
         return False
-    folded = fold_into_conv(conv, onnx_node, constants, taken)
+    folded = fold_into_conv(conv, onnx_node, constants, values | constants.keys())
     if folded is None:
         return False
     node, result = _kernel(folded.node, product.name, opset, tensors, {**constants, **folded.constants})
     if isinstance(result, Unsupported):
         return False
     constants.update(folded.constants)
-    taken.update(folded.constants)
     derived.update((n, Derived(value, tuple(folded.sources[n]), f"{product.name}'s weights with {name} folded in"))
                    for n, value in folded.constants.items())
     graph_nodes[position] = (node, result)
@@ -437,7 +438,7 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
     made_by: dict[str, tuple[int, onnx.NodeProto]] = {}  # a value -> its node's entry in graph_nodes
     readers = Counter(n for node in graph.node for n in used_names(node))
     readers.update(o.name for o in graph.output)
-    taken = {*constants, *tensors, *(n for node in graph.node for n in (*node.input, *node.output))}
+    values = {*tensors, *(n for node in graph.node for n in (*node.input, *node.output))}
     for onnx_node, node_name in zip(graph.node, names, strict=True):
         record = {"name": node_name, "op": onnx_node.op_type, "inputs": list(onnx_node.input),
                   "outputs": list(onnx_node.output), "attributes": {k: _jsonable(v) for k, v in
@@ -449,7 +450,7 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
             constants.update(zip((n for n in onnx_node.output if n), folded, strict=False))
             continue
         if _fold_into_product(onnx_node, node_name, opset, tensors, constants, graph_nodes, made_by, readers,
-                              derived, absorbed, taken):
+                              derived, absorbed, values):
             continue
         node, result = _kernel(onnx_node, node_name, opset, tensors, constants)
         if isinstance(result, Unsupported):
