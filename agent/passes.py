@@ -286,7 +286,8 @@ def _accumulate(state: _State) -> None:
 
 
 def _vectorize(state: _State, target: Target) -> None:
-    """Vectorise every innermost sequential single-operation scope (`_vectorize_innermost`)."""
+    """Vectorise every innermost sequential scope of operations (`_vectorize_innermost`), each
+    operation on its own: fusion may have joined several down to one row, and a vector holds one."""
     if target.language != "c":
         return
     done: set[str] = set()
@@ -296,10 +297,13 @@ def _vectorize(state: _State, target: Target) -> None:
                 continue
             done.add(site.label)
             scope = site.chain[-1]
-            if scope.kind or scope.body != (site.op,) or any(s.kind == "v" for s in site.chain):
+            if scope.kind or any(s.kind == "v" for s in site.chain) or any(not isinstance(n, Op) for n in scope.body):
                 continue
-            if _vectorize_innermost(state, site.label, target) is not None:
+            mark = state.mark()
+            if _alone(state, site.label, len(site.chain) - 1) \
+                    and _vectorize_innermost(state, site.label, target) is not None:
                 break
+            state.undo(mark)
         else:
             return
 

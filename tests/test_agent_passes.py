@@ -228,6 +228,29 @@ def test_heuristic_vectorizes_a_pools_output_row_not_its_window(vector_bytes: in
     _check(spec, moves)
 
 
+ROW_TRANSFORM = """kernel rows(x) -> v
+
+x f32 [4, 6, 18] heap
+v f32 [3, 4, 2, 18] heap
+
+4 2 18 v[0,{0},{1},{2}] = x[{0},{1}*2,{2}] - x[{0},{1}*2+2,{2}]
+4 2 18 v[1,{0},{1},{2}] = x[{0},{1}*2+1,{2}] + x[{0},{1}*2+2,{2}]
+4 2 18 v[2,{0},{1},{2}] = x[{0},{1}*2+3,{2}] - x[{0},{1}*2+1,{2}]
+"""
+
+
+def test_heuristic_vectorizes_each_of_the_operations_fused_into_one_row() -> None:
+    """Fusion joins the three lines down to their rows of 18; a vector scope holds one operation,
+    so each row gets its own innermost scope again (fission) and is vectorised, the outer scopes
+    staying fused (a Winograd input transform)."""
+    spec = load(ROW_TRANSFORM)
+    moves = heuristic(spec, CPU)
+    body = to_text(advance(spec, moves)).split("\n\n")[-1].splitlines()
+    assert len([line for line in body if not line.startswith("|")]) == 1  # one loop nest
+    assert len(body) >= 3 and all(":v v[" in line for line in body)  # 8-lane vectors and a 2-lane tail
+    _check(spec, moves)
+
+
 def test_heuristic_normalises_each_channel_right_after_its_statistics() -> None:
     """batchnorm's `n c h w` normalisation is interchanged to `c n h w` and fused with the
     per-channel mean and variance, so a channel is read again while it is in cache; with fewer
