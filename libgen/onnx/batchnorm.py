@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import NodeProto, helper
 
+from .nodes import fresh_name
+
 FLOATS = (np.float32, np.float64)
 
 
@@ -64,18 +66,10 @@ def fold_into_conv(conv: NodeProto, bn: NodeProto, constants: Mapping[str, np.nd
     new_weight = (weight.astype(np.float64) * factor.reshape(-1, *[1] * (weight.ndim - 1))).astype(weight.dtype)
     new_bias = ((bias.astype(np.float64) - mean) * factor + shift).astype(weight.dtype)
     suffix = bn.name or bn.output[0]
-    weight_name = _fresh(f"{conv.input[1]}.{suffix}", taken)
-    bias_name = _fresh(f"{conv.input[2] if has_bias else conv.input[1] + '.bias'}.{suffix}", {*taken, weight_name})
+    weight_name = fresh_name(f"{conv.input[1]}.{suffix}", taken)
+    bias_name = fresh_name(f"{conv.input[2] if has_bias else conv.input[1] + '.bias'}.{suffix}", {*taken, weight_name})
     node = helper.make_node("Conv", [conv.input[0], weight_name, bias_name], [bn.output[0]], name=conv.name)
     node.attribute.extend(conv.attribute)
     statistics = list(bn.input[1:])
     return Folded(node, {weight_name: new_weight, bias_name: new_bias},
                   {weight_name: [conv.input[1], *statistics], bias_name: [*weights[1:], *statistics]})
-
-
-def _fresh(base: str, taken: Collection[str]) -> str:
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        name = f"{base}.{n}"
-    return name

@@ -245,6 +245,8 @@ def join(members: Sequence[tuple[Node, Kernel]], needed: Collection[str]) -> Ker
         for array in kernel.temporaries:
             renamed[array.name] = fused.temporary(f"{kernel.name.rstrip('_')}_{array.name}", array.dtype,
                                                   array.shape).name
+        fused.derived.update(kernel.derived)
+        fused.notes.extend(kernel.notes)
         fused.lines.extend(_ACCESS.sub(lambda m, r=renamed: f"{r[m.group(1)]}[", line) for line in kernel.lines)
     while any(_fold(fused, temporary) for temporary in list(fused.temporaries)):
         pass  # again: a product's result, having become a bias's sum, may be the next Add's operand

@@ -18,8 +18,9 @@ Concat sees its shape. Folded nodes have neither a kernel nor a reason: in model
 `"kernel": null, "unsupported": null`, and a runner computes them as it computes skipped nodes.
 A BatchNormalization of constant statistics after a Conv of constant weights is folded into them
 (batchnorm.py, as ONNX Runtime does): the Conv's call reads derived weights and writes the
-BatchNormalization's output, and covers both nodes. The derived constants are model.json's
-`constants` (with what each comes from) and DIR/constants.npz.
+BatchNormalization's output, and covers both nodes. A Conv that Winograd's algorithm computes
+(winograd.py) reads its weights transformed at import. The derived constants are model.json's
+`constants` (with what each comes from, among the model's own) and DIR/constants.npz.
 
 Identical kernels (same operator, shapes and attributes, hence the same text) are one kernel and
 one file, so that a model's repeated layers are tuned once; a kernel is named after its operator
@@ -48,7 +49,7 @@ from ..kernels import RESERVED
 from .batchnorm import fold_into_conv
 from .catalogue import FOLDED, NOT_EXPRESSIBLE, kernel_for
 from .fuse import fuse_graph
-from .nodes import DTYPES, Kernel, Node, Unsupported, Value, identifier
+from .nodes import DTYPES, Derived, Kernel, Node, Unsupported, Value, fresh_name, identifier
 from .reads import used_names
 from .registry import OPERATORS
 
@@ -78,20 +79,6 @@ class Skipped:
     op: str
     feature: str
     detail: str
-
-
-@dataclass(frozen=True)
-class Derived:
-    """A constant the import computed from the model's own (a Conv's weights with a
-    BatchNormalization folded in): a kernel's call reads it by its name."""
-
-    value: np.ndarray
-    sources: tuple[str, ...]  # the model's constants it comes from
-    how: str
-
-    def json(self, name: str) -> dict[str, Any]:
-        return {"name": name, "dtype": DTYPES[helper.np_dtype_to_tensor_dtype(self.value.dtype)],
-                "shape": list(self.value.shape), "from": list(self.sources), "how": self.how}
 
 
 @dataclass(frozen=True)
@@ -373,6 +360,19 @@ def _fold_into_product(onnx_node: onnx.NodeProto, name: str, opset: int, tensors
     return True
 
 
+def _adopt_derived(kernel: Kernel, derived: dict[str, Derived], taken: Set[str]) -> None:
+    """List the constants that `kernel` computed (Winograd's weights) in `derived`, under names
+    that neither the graph nor `derived` has, each coming from the model's own constants (through
+    those of `derived` it was computed from)."""
+    for name, made in list(kernel.derived.items()):
+        fresh = fresh_name(name, taken | derived.keys())
+        sources = tuple(s for n in made.sources for s in (derived[n].sources if n in derived else (n,)))
+        derived[fresh] = kernel.derived[fresh] = Derived(made.value, sources, made.how)
+        if fresh != name:
+            del kernel.derived[name]
+            kernel.sources.update((array, fresh) for array, source in kernel.sources.items() if source == name)
+
+
 def _checked(build: Callable[[Node], Kernel], node: Node) -> Kernel:
     """`build(node)`, a kernel the format accepts. A node that passes onnx's checker can still
     declare shapes its operator cannot give (the checker does not infer them), and a builder then
@@ -412,7 +412,7 @@ def _calls(model: str, groups: list[tuple[tuple[Node, ...], Kernel]]) -> tuple[d
         nodes, kernel = groups[indices[0]]
         name_of[key] = _name(kernel.name, set(kernels))
         kernel.name = name_of[key]
-        kernels[kernel.name] = kernel.render(comment=_comment(model, nodes, len(indices)))
+        kernels[kernel.name] = kernel.render(comment="\n".join([_comment(model, nodes, len(indices)), *kernel.notes]))
     calls = [Call(name_of[key], tuple(n.name for n in nodes), tuple(kernel.sources[a.name] for a in kernel.inputs),
                   tuple(kernel.sources[a.name] for a in kernel.outputs))
              for key, (nodes, kernel) in zip(keys, groups, strict=True)]
@@ -461,6 +461,9 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
             made_by.update((o, (len(graph_nodes), onnx_node)) for o in onnx_node.output)
             graph_nodes.append((node, result))
 
+    for _, kernel in graph_nodes:
+        if kernel is not None:
+            _adopt_derived(kernel, derived, values | constants.keys())
     if fuse:
         groups = [(tuple(nodes), kernel) for nodes, kernel in
                   fuse_graph(graph_nodes, keep={o.name for o in graph.output})]

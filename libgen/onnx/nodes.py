@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import keyword
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from onnx import helper
 
 # ONNX TensorProto data types the format has
 DTYPES = {1: "f32", 11: "f64", 6: "i32", 7: "i64"}
@@ -109,6 +110,23 @@ def loops(rank: int, first: int = 0) -> list[str]:
     return [f"{{{d}}}" for d in range(first, first + rank)]
 
 
+class Nest:
+    """The loops of one body line, opened outermost first. A dimension of one element gets no loop:
+    its index is 0."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def over(self, size: int) -> str:
+        if size == 1:
+            return "0"
+        self.sizes.append(size)
+        return f"{{{len(self.sizes) - 1}}}"
+
+    def all(self, shape: Iterable[int]) -> list[str]:
+        return [self.over(size) for size in shape]
+
+
 def broadcast(shape: Sequence[int], indices: Sequence[str]) -> list[str]:
     """The indices of an operand of `shape` under ONNX's multidirectional broadcasting, where
     `indices` index the result: shapes align on the right, and a dimension of 1 is read at 0."""
@@ -165,6 +183,15 @@ def number(value: float, dtype: str = "f32") -> str:
     return f"({text})" if text.startswith("-") else text
 
 
+def fresh_name(base: str, taken: Collection[str]) -> str:
+    """An ONNX value name not in `taken`: `base`, else `base.2`, `base.3`..."""
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}.{n}"
+    return name
+
+
 def identifier(name: str, taken: Iterable[str] = (), separator: str = "") -> str:
     """An array or kernel name of the format made from an ONNX name, distinct from `taken` (by a
     number after `separator`: `x2`, or `matmul_2`)."""
@@ -179,6 +206,21 @@ def identifier(name: str, taken: Iterable[str] = (), separator: str = "") -> str
         n += 1
         candidate = f"{base}{separator}{n}"
     return candidate
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A constant the import computed from the model's own (a Conv's weights with a
+    BatchNormalization folded in, or transformed for Winograd's algorithm): a kernel's call reads
+    it by its name."""
+
+    value: np.ndarray
+    sources: tuple[str, ...]  # the model's constants it comes from
+    how: str
+
+    def json(self, name: str) -> dict[str, Any]:
+        return {"name": name, "dtype": DTYPES[helper.np_dtype_to_tensor_dtype(self.value.dtype)],
+                "shape": list(self.value.shape), "from": list(self.sources), "how": self.how}
 
 
 @dataclass(frozen=True)
@@ -205,6 +247,8 @@ class Kernel:
         self.temporaries: list[Array] = []
         self.lines: list[str] = []
         self.sources: dict[str, str] = {}  # array name -> the ONNX value it holds (inputs and outputs)
+        self.derived: dict[str, Derived] = {}  # ONNX name -> a constant input the kernel computed at import
+        self.notes: list[str] = []  # lines for the file's header comment, after the nodes it comes from
 
     @property
     def arrays(self) -> list[Array]:
@@ -222,6 +266,13 @@ class Kernel:
                 return array
         array = self._declare(self.inputs, name, value.dtype, value.shape)
         self.sources[array.name] = value.name
+        return array
+
+    def derived_input(self, value: Value, derived: Derived, name: str) -> Array:
+        """Declare an input computed at import: `value` names it and gives its dtype and shape."""
+        array = self._declare(self.inputs, name, value.dtype, value.shape)
+        self.sources[array.name] = value.name
+        self.derived[value.name] = derived
         return array
 
     def output(self, value: Value, name: str = "y") -> Array:

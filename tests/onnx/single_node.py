@@ -82,7 +82,8 @@ def check_node(op: str, inputs: Mapping[str, np.ndarray | None], attributes: Map
     kernel = kernel_for(node_of(op, inputs, attributes, constants, expected, opset))
     text = kernel.render(comment=f"{op} {attributes}")
     program = load(text)
-    feed = {array.name: inputs[kernel.sources[array.name]] for array in kernel.inputs}
+    given = {**inputs, **{name: derived.value for name, derived in kernel.derived.items()}}
+    feed = {array.name: given[kernel.sources[array.name]] for array in kernel.inputs}
     got = interpret(program, feed)
     for array in kernel.outputs:
         want = expected[int(kernel.sources[array.name][1:])]

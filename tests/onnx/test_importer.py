@@ -292,6 +292,52 @@ def test_fusing_reads_a_convs_activation_and_pool_into_its_kernel():
     assert_calls_match_ort(imported, proto, feed_of(proto))
 
 
+def two_convs(taken_name=None):
+    """x [1, 8, 9, 7] -> Conv -> Conv, both 8 channels, 3x3, pads 1, of different weights: one kernel
+    by Winograd for both; `taken_name` is given to a graph value (a Relu's output after them)."""
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) / 8.5).astype(np.float32), w)
+             for w in ("w1", "w2")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["h"], name="c1", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["h", "w2"], ["y"], name="c2", pads=[1, 1, 1, 1])]
+    outputs = [tensor("y", [1, 8, 9, 7])]
+    if taken_name:
+        nodes.append(helper.make_node("Relu", ["y"], [taken_name], name="relu"))
+        outputs = [tensor(taken_name, [1, 8, 9, 7])]
+    return model(nodes, [tensor("x", [1, 8, 9, 7])], outputs, inits)
+
+
+def test_convs_by_winograd_share_a_kernel_and_read_their_own_transformed_weights(tmp_path):
+    proto = two_convs(taken_name="w1.winograd")
+    imported = import_model(proto)
+    first, second, _ = imported.calls
+    assert first.kernel == second.kernel and "+= u[" in imported.kernels[first.kernel]
+    assert first.inputs == ("x", "w1.winograd.2") and second.inputs == ("h", "w2.winograd")  # the graph has w1.winograd
+    assert {n: d.sources for n, d in imported.constants.items()} == {"w1.winograd.2": ("w1",), "w2.winograd": ("w2",)}
+    assert "Winograd F(4, 3) along the rows" in imported.kernels[first.kernel].split("\nkernel ")[0]  # its comment
+    assert_calls_match_ort(imported, proto, {"x": normal(1, 8, 9, 7)})
+    write_import(imported, tmp_path)
+    with np.load(tmp_path / "constants.npz") as written:
+        assert sorted(written) == ["w1.winograd.2", "w2.winograd"]
+        np.testing.assert_array_equal(written["w2.winograd"], imported.constants["w2.winograd"].value)
+
+
+def test_winograd_weights_of_a_folded_batchnorm_come_from_the_models_constants():
+    proto = conv_bn()
+    proto.graph.input[0].CopyFrom(tensor("x", [2, 8, 6, 5]))
+    weight = numpy_helper.from_array(np.random.default_rng(5).standard_normal((6, 8, 3, 3)).astype(np.float32), "w")
+    proto.graph.initializer[0].CopyFrom(weight)
+    imported = import_model(proto)
+    (call,) = imported.calls
+    assert "+= u[" in imported.kernels[call.kernel]
+    # the folded weights feed only the transform: the call reads the transformed ones and the folded bias
+    (transformed,) = [n for n in imported.constants if n.endswith(".winograd")]
+    assert set(call.inputs) == {"x", transformed, *(n for n in imported.constants if n != transformed)}
+    assert len(imported.constants) == 2
+    assert set(imported.constants[transformed].sources) == {"w", "scale", "shift", "mean", "var"}
+    assert_calls_match_ort(imported, proto, {"x": normal(2, 8, 6, 5)})
+
+
 def test_a_file_that_is_not_a_model_is_a_clear_error(tmp_path):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x00not a model at all\xff" * 5)

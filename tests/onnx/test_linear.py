@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dojo_ir import interpret, load
 from libgen.onnx.catalogue import kernel_for
 from libgen.onnx.nodes import Node, Unsupported, Value
-from tests.onnx.single_node import check_node, normal
+from tests.onnx.single_node import OPSET, check_node, node_of, normal, run_ort, single_node_model
 
 
 @pytest.mark.parametrize("a, b", [
@@ -107,6 +108,71 @@ def test_conv_reads_its_input_directly_without_pads() -> None:
     text = check_node("Conv", {"x": normal(1, 3, 7, 9), "w": normal(4, 3, 3, 2, seed=1)})
     assert "padded" not in text
     assert "4 5 8 3 3 2 y[0,{0},{1},{2}] += x[0,{3},{1}+{4},{2}+{5}] * w[{0},{3},{4},{5}]" in text
+
+
+WINOGRAD = [
+    # x, w, attributes: 3-row convolutions of constant weights and long enough reductions, which the
+    # import computes by Winograd's F(4, 3) along the rows
+    ((2, 16, 16, 16), (32, 16, 3, 3), {"pads": [1, 1, 1, 1]}),  # the conv block's second
+    ((1, 6, 9, 11), (6, 6, 3, 3), {"pads": [1, 0, 2, 1]}),  # 10 rows: a last tile of 2, asymmetric pads
+    ((1, 8, 11, 13), (6, 8, 3, 3), {"strides": [1, 2], "dilations": [1, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 4, 10, 9), (4, 4, 3, 5), {"pads": [0, 2, 0, 2]}),  # 5 column taps, no row padding
+    ((1, 8, 9, 6), (8, 8, 3, 3), {"auto_pad": "SAME_UPPER"}),
+    ((3, 6, 8, 7), (6, 6, 3, 3), {}),  # no padding at all: the input is its own tiles
+]
+
+
+@pytest.mark.parametrize("x, w, attributes", WINOGRAD)
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv_by_winograd(x: tuple[int, ...], w: tuple[int, ...], attributes: dict, bias: bool) -> None:
+    inputs = {"x": normal(*x), "w": normal(*w, seed=1), "b": normal(w[0], seed=2) if bias else None}
+    # Winograd's roundings of the transformed values: a few times the direct sum's (sums of 16-72
+    # products of N(0, 1) reach 30)
+    text = check_node("Conv", inputs, attributes, constants=("w", "b") if bias else ("w",), atol=2e-4)
+    assert "+= u[" in text and "w[" not in text
+
+
+@pytest.mark.parametrize("x, w, attributes", WINOGRAD[1:3])
+def test_conv_by_winograd_in_f64_is_the_direct_sum(x: tuple[int, ...], w: tuple[int, ...], attributes: dict) -> None:
+    """ONNX Runtime has no f64 Conv: the Winograd kernel against the direct one, both interpreted."""
+    inputs = {"x": normal(*x, dtype=np.float64), "w": normal(*w, seed=1, dtype=np.float64)}
+    single = {name: value.astype(np.float32) for name, value in inputs.items()}
+    (shaped,) = run_ort(single_node_model("Conv", single, attributes, ("w",), 1, OPSET), single, ("w",))
+    results = []
+    for constants in (("w",), ()):
+        kernel = kernel_for(node_of("Conv", inputs, attributes, constants, [shaped.astype(np.float64)]))
+        given = {**inputs, **{name: derived.value for name, derived in kernel.derived.items()}}
+        results.append(interpret(load(kernel.render()), {a.name: given[kernel.sources[a.name]] for a in kernel.inputs}))
+    winograd, direct = results
+    np.testing.assert_allclose(winograd["y"], direct["y"], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("x, w, attributes, constants", [
+    ((1, 4, 8, 8), (8, 4, 3, 3), {"pads": [1, 1, 1, 1]}, ("w",)),  # 4 channels x 3 taps: too short a reduction
+    ((1, 8, 8, 8), (2, 8, 3, 3), {"pads": [1, 1, 1, 1]}, ("w",)),  # 2 output channels: the transforms dominate
+    ((1, 8, 8, 8), (8, 8, 3, 3), {"pads": [1, 1, 1, 1]}, ()),  # weights known only when the model runs
+    ((1, 8, 8, 8), (8, 4, 3, 3), {"pads": [1, 1, 1, 1], "group": 2}, ("w",)),
+    ((1, 8, 9, 8), (8, 8, 3, 3), {"strides": [2, 1]}, ("w",)),
+    ((1, 8, 9, 8), (8, 8, 3, 3), {"dilations": [2, 1]}, ("w",)),
+    ((1, 8, 7, 8), (8, 8, 3, 3), {}, ("w",)),  # 5 rows: two tiles of 4 would waste 3
+    ((1, 8, 8, 8), (8, 8, 5, 3), {}, ("w",)),  # 5 rows of taps
+    ((1, 8, 8, 8, 8), (8, 8, 3, 3, 3), {}, ("w",)),  # 3-D
+])
+def test_conv_stays_direct_where_winograd_does_not_pay_or_apply(x, w, attributes, constants) -> None:
+    text = check_node("Conv", {"x": normal(*x), "w": normal(*w, seed=1)}, attributes, constants=constants)
+    assert "u[" not in text and "+= x" in text
+
+
+def test_winograd_f43_is_a_correlation_exactly() -> None:
+    from fractions import Fraction
+
+    from libgen.onnx.winograd import AT, BT, G
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        d, g = [Fraction(int(v)) for v in rng.integers(-9, 10, 6)], [Fraction(int(v)) for v in rng.integers(-9, 10, 3)]
+        products = [sum(G[a][r] * g[r] for r in range(3)) * sum(BT[a][i] * d[i] for i in range(6)) for a in range(6)]
+        assert [sum(AT[i][a] * products[a] for a in range(6)) for i in range(4)] == \
+            [sum(d[i + r] * g[r] for r in range(3)) for i in range(4)]
 
 
 CONV_TRANSPOSE = [

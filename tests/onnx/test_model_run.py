@@ -88,8 +88,10 @@ def test_a_library_built_from_another_import_is_not_used(topk: tuple[Path, Path]
 
 
 def test_a_fused_conv_block_runs_wholly_on_its_library_fused_or_not_found_by_itself(tmp_path: Path) -> None:
-    path, library = library_of(conv_block(batch=2, channels=3, size=7, features=(4, 6), classes=5), tmp_path,
+    # the second convolution (6 channels in, 8 out) by Winograd, with derived weights
+    path, library = library_of(conv_block(batch=2, channels=3, size=8, features=(6, 8), classes=5), tmp_path,
                                "mr_conv", fuse=True)
+    assert any("+= u[" in text for text in import_model(path, fuse=True).kernels.values())
     runner = ModelRunner(path, library)  # the fused import: the library holds its kernels, not the other's
     assert set(runner.placement.values()) == {"library", "view"}
     assert runner.placement["/flatten/Flatten"] == "view"

@@ -12,29 +12,12 @@ filled with the padding value, into whose interior the input is copied.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..nodes import Array, Kernel, Node, Unsupported, Value, affine, broadcast, broadcast_shape, number
+from .. import winograd
+from ..nodes import Array, Kernel, Nest, Node, Unsupported, Value, affine, broadcast, broadcast_shape, number
 from ..registry import operator
-
-
-class Nest:
-    """The loops of one body line, opened outermost first. A dimension of one element gets no loop:
-    its index is 0."""
-
-    def __init__(self) -> None:
-        self.sizes: list[int] = []
-
-    def over(self, size: int) -> str:
-        if size == 1:
-            return "0"
-        self.sizes.append(size)
-        return f"{{{len(self.sizes) - 1}}}"
-
-    def all(self, shape: Iterable[int]) -> list[str]:
-        return [self.over(size) for size in shape]
-
 
 # ---------------------------------------------------------------------------------------------
 # Sliding windows, shared with pool.py
@@ -65,10 +48,6 @@ class Window:
     def extents(self) -> tuple[int, ...]:
         """The padded temporary's spatial shape: the input after its leading padding, and every window."""
         return tuple(max(b + i, r) for b, i, r in zip(self.begins, self.inputs, self.reach, strict=True))
-
-    @property
-    def needs_padding(self) -> bool:
-        return any(self.begins) or self.extents != self.inputs
 
     def reads(self, outputs: Sequence[str], taps: Sequence[str]) -> list[str]:
         """The spatial indices of the padded input read by output position `outputs` at window tap `taps`."""
@@ -138,11 +117,13 @@ def embedded(kernel: Kernel, name: str, dtype: str, extents: Sequence[int], fill
     return temporary
 
 
-def padded_input(kernel: Kernel, source: Array, win: Window, fill: str) -> Array:
-    """A batch-and-channel input padded on its spatial dimensions as `win` needs."""
-    if not win.needs_padding:
+def padded_input(kernel: Kernel, source: Array, win: Window, fill: str,
+                 extents: Sequence[int] | None = None) -> Array:
+    """A batch-and-channel input padded on its spatial dimensions as `win` needs, or to `extents`."""
+    extents = tuple(extents or win.extents)
+    if not any(win.begins) and extents == source.shape[2:]:
         return source
-    return embedded(kernel, f"{source.name}_padded", source.dtype, (*source.shape[:2], *win.extents), fill,
+    return embedded(kernel, f"{source.name}_padded", source.dtype, (*source.shape[:2], *extents), fill,
                     (0, 0, *win.begins), source.shape, source.at)
 
 
@@ -279,9 +260,14 @@ def conv(node: Node) -> Kernel:
     group = node.attr("group", 1)
     win = checked(window(node, x.shape[2:], node.attr("kernel_shape", w.shape[2:])), y)
     kernel = Kernel("conv")
-    xs, ws = kernel.input(x, "x"), kernel.input(w, "w")
+    fast = winograd.fits(x, w, win, group)
+    xs = kernel.input(x, "x")
+    ws = winograd.weights(kernel, node.name, w) if fast else kernel.input(w, "w")
     bs = kernel.input(b, "b") if b is not None else None
     ys = kernel.output(y)
+    if fast:
+        winograd.conv_rows(kernel, padded_input(kernel, xs, win, "0", winograd.extents(win)), ws, bs, ys, win)
+        return kernel
     source = padded_input(kernel, xs, win, "0")
     init = Nest()
     out = init.all(y.shape)

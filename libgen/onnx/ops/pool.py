@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import math
 
-from ..nodes import Array, Kernel, Node, Unsupported, number
+from ..nodes import Array, Kernel, Nest, Node, Unsupported, number
 from ..registry import operator
-from .linear import Nest, Window, affine, checked, embedded, padded_input, window
+from .linear import Window, affine, checked, embedded, padded_input, window
 
 # p of an Lp pool -> what each element adds to the sum, and the root of the sum, both exact
 LP = {1: ("abs({x})", "{s}"), 2: ("{x} * {x}", "sqrt({s})")}

@@ -1,0 +1,147 @@
+"""A 3-row convolution as Winograd's minimal filtering F(4, 3) along its rows.
+
+    if winograd.fits(x, w, win, group):       # the lines of y = Conv(x, w, b):
+        us = winograd.weights(kernel, node.name, w)
+        winograd.conv_rows(kernel, padded_input(kernel, xs, win, "0", winograd.extents(win)), us, bs, ys, win)
+
+Three filter rows g over six input rows d give four output rows as AT ((G g) * (BT d)): six
+products where the direct form has twelve. Along a convolution's rows, for each output channel k,
+input channel c and column tap j, the products of the six transformed rows a are a matrix product
+over (c, j), as the direct convolution's are over (c, row tap, j):
+
+    v[n, t, a, c, col]  = sum over i of BT[a][i] * x[n, c, 4t + i, col]       (in the kernel)
+    u[a, k, c, j]       = sum over r of G[a][r] * w[k, c, r, j]                (at import: derived)
+    m[n, t, a, k, o]   += u[a, k, c, j] * v[n, t, a, c, o * stride + j * dilation]
+    y[n, k, 4t + i, o]  = sum over a of AT[i][a] * m[n, t, a, k, o] + b[k]
+
+Half the direct form's multiply-adds; the transforms are sums with small integer factors, each
+element of x and y touched by a few. The columns stay direct, so every line reads and writes
+along a row: each vectorises, and a tile of m accumulates in registers as a direct convolution's
+does. The temporaries are laid out tile by tile, so that the loops over images and tiles fuse:
+one tile's v and m are small whatever the image's size, and stay on the stack.
+
+The weights' transform is exact in float64 and rounded once. The result differs from the direct
+sum's by a few roundings of the transformed values (the points 0, +-1, +-2 keep the factors
+small): a few times the direct sum's error, within float32's tolerance of ONNX Runtime's.
+
+Worth it when the matrix product dominates: its reductions long enough that the transforms cost
+little beside them (`MIN_REDUCTION`), and the 4-row tiles wasting few rows (`MAX_WORK`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .nodes import Array, Derived, Kernel, Nest, Value, affine
+
+if TYPE_CHECKING:
+    from .ops.linear import Window
+
+ROWS = 4  # output rows per tile: F(4, 3)
+TAPS = 3
+POINTS = ROWS + TAPS - 1
+# Lavin and Gray's F(4, 3) at the points 0, 1, -1, 2, -2 and infinity
+BT = ((4, 0, -5, 0, 1, 0),
+      (0, -4, -4, 1, 1, 0),
+      (0, 4, -4, -1, 1, 0),
+      (0, -2, -1, 2, 1, 0),
+      (0, 2, -1, -2, 1, 0),
+      (0, 4, 0, -5, 0, 1))
+G = tuple(tuple(Fraction(v) for v in row) for row in (
+    (Fraction(1, 4), 0, 0),
+    (Fraction(-1, 6), Fraction(-1, 6), Fraction(-1, 6)),
+    (Fraction(-1, 6), Fraction(1, 6), Fraction(-1, 6)),
+    (Fraction(1, 24), Fraction(1, 12), Fraction(1, 6)),
+    (Fraction(1, 24), Fraction(-1, 12), Fraction(1, 6)),
+    (0, 0, 1)))
+AT = ((1, 1, 1, 1, 1, 0),
+      (0, 1, -1, 2, -2, 0),
+      (0, 1, 1, 4, 4, 0),
+      (0, 1, -1, 8, -8, 1))
+MIN_REDUCTION = 16  # input channels x column taps, and output channels x column taps
+MAX_WORK = 0.75  # the matrix product's multiply-adds over the direct form's, at most
+FLOATS = ("f32", "f64")
+
+
+def fits(x: Value, w: Value, win: Window, group: int) -> bool:
+    """Whether the Conv of `x` by the constant `w` over `win` is computed this way: 2-D, one group,
+    three rows of taps at stride and dilation 1, a float dtype, long reductions, few wasted rows."""
+    if w.constant is None or x.rank != 4 or group != 1 or x.dtype not in FLOATS or win.kernel[0] != TAPS \
+            or win.strides[0] != 1 or win.dilations[0] != 1:
+        return False
+    channels_out, channels_in, _, columns = w.shape
+    rows = win.outputs[0]
+    tiles = -(-rows // ROWS)
+    return channels_in * columns >= MIN_REDUCTION and channels_out * columns >= MIN_REDUCTION \
+        and POINTS * tiles <= MAX_WORK * TAPS * rows
+
+
+def transformed_weights(w: np.ndarray) -> np.ndarray:
+    """u[a, k, c, j] = sum over r of G[a][r] w[k, c, r, j], in float64, rounded once to w's dtype."""
+    g = np.array(G, dtype=np.float64)
+    return np.einsum("ar,kcrj->akcj", g, w.astype(np.float64)).astype(w.dtype)
+
+
+def extents(win: Window) -> tuple[int, int]:
+    """The spatial shape of the padded input: every tile reads six rows, zeros past the input and
+    its padding."""
+    return ROWS * _tiles(win) + TAPS - 1, win.extents[1]
+
+
+def _tiles(win: Window) -> int:
+    return -(-win.outputs[0] // ROWS)
+
+
+def weights(kernel: Kernel, node_name: str, w: Value) -> Array:
+    """Declare the transformed weights of the constant `w` as a derived input of `kernel`."""
+    channels_out, channels_in, _, columns = w.shape
+    value = Value(f"{w.name}.winograd", w.dtype, (POINTS, channels_out, channels_in, columns))
+    kernel.notes.append("Winograd F(4, 3) along the rows: `u` is the weights transformed at import "
+                        "(model.json's `constants`).")
+    return kernel.derived_input(value, Derived(transformed_weights(w.constant), (w.name,), f"{node_name}'s weights "
+                                               "transformed for Winograd F(4, 3) along the rows"), "u")
+
+
+def conv_rows(kernel: Kernel, source: Array, u: Array, bs: Array | None, ys: Array, win: Window) -> None:
+    """The lines of `ys` = Conv(x, w, `bs`) over `win` (one that `fits`): `source` is x padded to
+    `extents(win)`, `u` w's transformed weights (`weights`)."""
+    batch, channels_in, _, columns_in = source.shape
+    _, channels_out, _, columns = u.shape
+    rows_out, columns_out = win.outputs
+    tiles = _tiles(win)
+    v = kernel.temporary("v", source.dtype, (batch, tiles, POINTS, channels_in, columns_in))
+    m = kernel.temporary("m", ys.dtype, (batch, tiles, POINTS, channels_out, columns_out))
+    for a in range(POINTS):
+        line = Nest()
+        n, t, c, col = line.all((batch, tiles, channels_in, columns_in))
+        rows = [source.at([n, c, affine([(t, ROWS)], i), col]) for i in range(POINTS)]
+        kernel.loop(line.sizes, v.at([n, t, a, c, col]), "=", _combination(BT[a], rows))
+    init = Nest()
+    everywhere = m.at(init.all(m.shape))
+    kernel.loop(init.sizes, everywhere, "=", "0")
+    line = Nest()
+    n, t, a, k, o = line.all(m.shape)
+    c, j = line.over(channels_in), line.over(columns)
+    column = affine([(o, win.strides[1]), (j, win.dilations[1])])
+    kernel.loop(line.sizes, m.at([n, t, a, k, o]), "+=", f"{u.at([a, k, c, j])} * {v.at([n, t, a, c, column])}")
+    for i in range(ROWS):
+        line = Nest()
+        n, t, k, o = line.all((batch, -(-(rows_out - i) // ROWS), channels_out, columns_out))
+        value = _combination(AT[i], [m.at([n, t, a, k, o]) for a in range(POINTS)])
+        kernel.loop(line.sizes, ys.at([n, k, affine([(t, ROWS)], i), o]), "=",
+                    f"{value} + {bs.at([k])}" if bs else value)
+
+
+def _combination(factors: Sequence[int], terms: Sequence[str]) -> str:
+    """The sum of factors[i] * terms[i] over the factors that are not 0, as `.dojo` text."""
+    text = ""
+    for i, factor in enumerate(factors):
+        if not factor:
+            continue
+        operand = terms[i] if abs(factor) == 1 else f"{abs(factor)} * {terms[i]}"
+        text += f" {'-' if factor < 0 else '+'} {operand}" if text else f"{'-' if factor < 0 else ''}{operand}"
+    return text
