@@ -128,7 +128,7 @@ def conv_rows(kernel: Kernel, source: Array, u: Array, bs: Array | None, ys: Arr
     c, j = line.over(channels_in), line.over(columns)
     column = affine([(o, win.strides[1]), (j, win.dilations[1])])
     kernel.loop(line.sizes, m.at([n, t, a, k, o]), "+=", f"{u.at([a, k, c, j])} * {v.at([n, t, a, c, column])}")
-    for i in range(ROWS):
+    for i in range(min(ROWS, rows_out)):  # fewer than 4 rows: one tile, partly used
         line = Nest()
         n, t, k, o = line.all((batch, -(-(rows_out - i) // ROWS), channels_out, columns_out))
         value = _combination(AT[i], [m.at([n, t, a, k, o]) for a in range(POINTS)])

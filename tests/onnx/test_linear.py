@@ -119,6 +119,7 @@ WINOGRAD = [
     ((1, 4, 10, 9), (4, 4, 3, 5), {"pads": [0, 2, 0, 2]}),  # 5 column taps, no row padding
     ((1, 8, 9, 6), (8, 8, 3, 3), {"auto_pad": "SAME_UPPER"}),
     ((3, 6, 8, 7), (6, 6, 3, 3), {}),  # no padding at all: the input is its own tiles
+    ((1, 8, 5, 6), (8, 8, 3, 3), {}),  # 3 rows: one tile, its fourth row not written
 ]
 
 

@@ -97,3 +97,25 @@ def test_any_slice(case, seed: int) -> None:
 def test_softmax_along_any_axis(case, seed: int) -> None:
     shape, axis = case
     check_node("Softmax", {"x": array(shape, seed) * 4}, {"axis": axis})
+
+
+@st.composite
+def three_row_convs(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[int, ...], dict]:
+    """A Conv with three rows of taps at row stride and dilation 1, any columns, pads and column
+    stride and dilation, and channels whose reductions are long enough for Winograd's algorithm
+    (or not: the rule decides, and both forms must agree with ONNX Runtime)."""
+    channels_in, channels_out, columns = draw(st.integers(3, 12)), draw(st.integers(3, 12)), draw(st.integers(1, 4))
+    stride, dilation = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    pads = [draw(st.integers(0, 2)) for _ in range(4)]
+    rows = draw(st.integers(max(1, 3 - pads[0] - pads[2]), 13))
+    width = draw(st.integers(max(1, (columns - 1) * dilation + 1 - pads[1] - pads[3]), 12))
+    attributes = {"pads": pads, "strides": [1, stride], "dilations": [1, dilation]}
+    return (draw(st.integers(1, 2)), channels_in, rows, width), (channels_out, channels_in, 3, columns), attributes
+
+
+@SETTINGS
+@given(three_row_convs(), st.integers(0, 99))
+def test_three_row_convolutions_of_constant_weights(conv, seed: int) -> None:
+    x, w, attributes = conv
+    inputs = {"x": array(x, seed), "w": array(w, seed + 1) / np.float32(np.sqrt(w[1] * w[3] * 3))}  # unit outputs
+    check_node("Conv", inputs, attributes, constants=("w",), atol=2e-5)
