@@ -156,7 +156,7 @@ def with_topk(rows: int = 4, width: int = 16, k: int = 3, seed: int = 0) -> onnx
 MODELS: dict[str, Callable[..., onnx.ModelProto]] = {"encoder": encoder_layer, "conv_block": conv_block,
                                                      "topk": with_topk}
 SMALL = {"encoder": {"batch": 2, "seq": 5, "hidden": 12, "heads": 3, "ffn": 20},
-         "conv_block": {"batch": 2, "channels": 3, "size": 10, "features": (4, 6), "classes": 5},
+         "conv_block": {"batch": 2, "channels": 3, "size": 8, "features": (6, 8), "classes": 5},  # conv2 by Winograd
          "topk": {"rows": 3, "width": 7}}
 
 
