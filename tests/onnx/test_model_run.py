@@ -16,9 +16,9 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from examples.onnx_models import conv_block, with_topk
+from examples.onnx_models import SMALL, conv_block, encoder_layer, with_topk
 from libgen.onnx.importer import import_model, write_import
-from libgen.onnx.run import ModelRunner, RunError
+from libgen.onnx.run import VIEWS, ModelRunner, RunError, _dead_after, _Unit
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -102,6 +102,25 @@ def test_a_fused_conv_block_runs_wholly_on_its_library_fused_or_not_found_by_its
     assert unfused.placement["/conv1/Conv"] == unfused.placement["/bn1/BatchNormalization"] == "onnxruntime"
     assert unfused.placement["/relu1/Relu"] == unfused.placement["/pool/MaxPool"] == "onnxruntime"
     assert_runs_as_onnxruntime(unfused, path)
+
+
+def test_an_encoder_layer_shares_buffers_between_values_that_do_not_live_at_once(tmp_path: Path) -> None:
+    """The layer's residuals keep values alive across the attention and the feed-forward network: a
+    buffer handed on before its last reader ran would change the outputs."""
+    path, library = library_of(encoder_layer(**SMALL["encoder"]), tmp_path, "mr_encoder")
+    runner = ModelRunner(path, library)
+    assert set(runner.placement.values()) == {"library", "view"}
+    assert_runs_as_onnxruntime(runner, path)
+    made = {o for node in onnx.load(str(path)).graph.node if node.op_type not in VIEWS for o in node.output}
+    apart = sum(runner.infos[name].dtype.itemsize * np.prod(runner.infos[name].shape) for name in made)
+    assert runner.planned_bytes < apart / 2
+
+
+def test_the_last_reader_of_a_value_or_of_its_views_frees_it() -> None:
+    units = [_Unit([0], ["x"], ["a"], "library"), _Unit([1], ["a"], ["a2"], "view"),
+             _Unit([2], ["a"], ["b"], "library"), _Unit([3], ["b"], ["c"], "library"),
+             _Unit([4], ["a2", "c"], ["y", "unread"], "library")]
+    assert _dead_after(units, ["y"]) == {0: ["x"], 3: ["b"], 4: ["a", "c", "unread"]}
 
 
 def test_values_of_data_dependent_shape_pass_between_onnxruntime_sessions(tmp_path: Path) -> None:
