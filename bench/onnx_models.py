@@ -115,7 +115,8 @@ def bench_model(name: str, out: Path, quick: bool, count: int, repeats: int, bud
             "paired": {k: statistics.median(o / t for o, t in zip(per_round["onnxruntime"], v, strict=True))
                        for k, v in per_round.items() if k != "onnxruntime"},
             "differences": differences,
-            "placement": {RUNS[fuse]: dict(Counter(r.placement.values())) for fuse, r in runners.items()}}
+            "placement": {RUNS[fuse]: dict(Counter(r.placement.values())) for fuse, r in runners.items()},
+            "planned": {RUNS[fuse]: r.planned_bytes for fuse, r in runners.items()}}
 
 
 def report(results: list[list[dict]], args: argparse.Namespace) -> str:
@@ -168,7 +169,9 @@ def report(results: list[list[dict]], args: argparse.Namespace) -> str:
         r = runs[0]
         loads = [load for run in runs for load in run["load"]]
         lines.append(f"- {r['name']}: unfused {where(r['placement']['library'])}; fused "
-                     f"{where(r['placement']['fused'])}; {r['calls']} calls of each in each of {len(runs)} processes; "
+                     f"{where(r['placement']['fused'])}; the values' buffers {r['planned']['library'] / 2**20:.2f} "
+                     f"MiB unfused, {r['planned']['fused'] / 2**20:.2f} MiB fused (shared between values that do not "
+                     f"live at once); {r['calls']} calls of each in each of {len(runs)} processes; "
                      f"load average {min(loads):.1f} to {max(loads):.1f} while timing; importing and building both "
                      f"libraries took {r['build_s']:.0f} s (kernels already built are kept).")
     return "\n".join(lines) + "\n"
