@@ -480,7 +480,7 @@ class _Pool:
     has run, and a value made later takes the smallest that holds it, as ONNX Runtime's allocation
     planner does: the run then writes into memory it touched a few steps before, still in cache,
     instead of a buffer of its own that the other values have pushed out. The encoder layer's
-    steps, 16% slower one after the other than each alone with a buffer per value, run 7% faster
+    steps, 16% slower one after the other than each alone with a buffer per value, run 8% faster
     (the smallest buffer that fits did better than the one freed last)."""
 
     def __init__(self) -> None:
