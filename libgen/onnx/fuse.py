@@ -13,15 +13,16 @@ when no path leaves the joined group and comes back into it. A group's kernels a
 are written: their arrays renamed apart, a value made and read only inside the group becomes a
 temporary, every other value it makes stays an output, and a value that several members read is
 one input. Then a temporary that one plain line writes whole and one later line reads is written
-into that line's expression (`_inline`): an elementwise chain becomes one line, one scope of one
-operation, which the heuristic pass vectorises (it leaves scopes of several operations scalar).
+into that line's expression (`_inline`): an elementwise chain becomes one line, one pass over
+memory, where the temporaries would be one pass each.
 
 A matrix product or a convolution (PRODUCTS) and the Adds after it that keep its shape (a bias, a
 residual) are a group of their own: the product accumulates onto their sum (`_fold`), so that no
-loop nest follows it; when that cannot be written the members stay apart. Fusable nodes that read
-the group's result, which nothing else reads, then join it as loop nests after the product's (a
-convolution's Relu and MaxPool: the tuner fuses the convolution and the pool image by image, and
-no call reads the convolution's output back).
+loop nest follows it. When that cannot be written (a Winograd convolution's rows are written, not
+accumulated), the product is a kernel of its own and the rest of its group another. Fusable nodes
+that read the group's result, which nothing else reads, then join it as loop nests after the
+product's (a convolution's Relu and MaxPool: the tuner fuses the convolution and the pool image by
+image, and no call reads the convolution's output back).
 """
 
 from __future__ import annotations
@@ -74,6 +75,11 @@ def fuse_graph(graph: Sequence[tuple[Node, Kernel | None]],
     members: dict[int, list[int]] = {}
     for i, group in enumerate(group_of):
         members.setdefault(group, []).append(i)
+    def call(covered: list[int]) -> tuple[tuple[Node, ...], Kernel]:
+        kernel = kernels[covered[0]] if len(covered) == 1 else \
+            join([(nodes[i], kernels[i]) for i in covered], _used_outside(covered, nodes, keep))
+        return tuple(nodes[i] for i in covered), kernel
+
     result = []
     for group in _call_order(members, group_of, successors):
         covered = members[group]
@@ -81,14 +87,13 @@ def fuse_graph(graph: Sequence[tuple[Node, Kernel | None]],
             continue
         if nodes[covered[0]].op in PRODUCTS:
             head = [i for i in covered if i == covered[0] or i in epilogues]
-            if len(head) > 1 and len(join([(nodes[i], kernels[i]) for i in head], _used_outside(head, nodes, keep))
-                                     .lines) != len(kernels[covered[0]].lines):
-                # an Add that did not fold would be a loop nest after the product: better its own kernel
-                result.extend(((nodes[i],), kernels[i]) for i in covered)
+            if len(head) > 1 and len(call(head)[1].lines) != len(kernels[covered[0]].lines):
+                # an Add that did not fold (into a Winograd convolution's rows, or broadcasting) would be a
+                # loop nest after the product: the product alone, and what follows it one kernel of its own
+                # (the product comes first in the graph, so no path leaves the rest and comes back)
+                result += [call(covered[:1]), call(covered[1:])]
                 continue
-        kernel = kernels[covered[0]] if len(covered) == 1 else \
-            join([(nodes[i], kernels[i]) for i in covered], _used_outside(covered, nodes, keep))
-        result.append((tuple(nodes[i] for i in covered), kernel))
+        result.append(call(covered))
     return result
 
 

@@ -338,6 +338,24 @@ def test_winograd_weights_of_a_folded_batchnorm_come_from_the_models_constants()
     assert_calls_match_ort(imported, proto, {"x": normal(2, 8, 6, 5)})
 
 
+def test_fusing_a_residual_after_a_winograd_conv_keeps_the_conv_apart_and_the_rest_together():
+    """The residual Add cannot be where a Winograd convolution's rows start (they are written, not
+    accumulated): the convolution is a kernel of its own, and the Add and the Relu after it one."""
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) / 8.5).astype(np.float32), w)
+             for w in ("w1", "w2")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="c1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["r"], name="r1"),
+             helper.make_node("Conv", ["r", "w2"], ["b"], name="c2", pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["b", "x"], ["s"], name="add"),
+             helper.make_node("Relu", ["s"], ["y"], name="r2")]
+    proto = model(nodes, [tensor("x", [2, 8, 9, 7])], [tensor("y", [2, 8, 9, 7])], inits)
+    imported = import_model(proto, fuse=True)
+    assert [c.nodes for c in imported.calls] == [("c1", "r1"), ("c2",), ("add", "r2")]
+    assert all("+= u[" in imported.kernels[c.kernel] for c in imported.calls[:2])
+    assert_calls_match_ort(imported, proto, {"x": normal(2, 8, 9, 7)})
+
+
 def test_a_file_that_is_not_a_model_is_a_clear_error(tmp_path):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x00not a model at all\xff" * 5)
