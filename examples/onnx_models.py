@@ -1,6 +1,6 @@
 """ONNX models built with `onnx.helper` and seeded random weights, for `dojo import` and `dojo model run`.
 
-    python examples/onnx_models.py --out build/models            # encoder.onnx conv_block.onnx topk.onnx
+    python examples/onnx_models.py --out build/models            # encoder.onnx conv_block.onnx ... topk.onnx
     python examples/onnx_models.py --out build/models --small    # the tests' sizes
 
     import onnx_models
@@ -14,6 +14,7 @@
   write).
 - `conv_block`: Conv, BatchNormalization, Relu, MaxPool, Conv, BatchNormalization, Relu,
   GlobalAveragePool, Flatten, Gemm.
+- `upsample_block`: Resize (bilinear, twice the size), Conv, Relu, Resize (nearest, back).
 - `with_topk`: a MatMul, then TopK (a comparison: not expressible), then Mul and Softmax.
 """
 
@@ -144,6 +145,21 @@ def conv_block(batch: int = 8, channels: int = 3, size: int = 32, features: Sequ
     return g.model("conv_block", [("x", (batch, channels, size, size))], [logits])
 
 
+def upsample_block(batch: int = 1, channels: int = 4, size: int = 16, features: int = 8,
+                   seed: int = 0) -> onnx.ModelProto:
+    """x [batch, channels, size, size] resized bilinearly to twice its size, a convolution and a
+    Relu there, then resized back to `size` by nearest: a decoder's upsampling around a convolution."""
+    g = Graph(seed)
+    up = g.node("Resize", ["x", "", g.constant("up.scales", np.array([1, 1, 2, 2], np.float32))], "/up/Resize",
+                mode="linear")
+    w = g.weight("conv.weight", features, channels, 3, 3, scale=1 / math.sqrt(9 * channels))
+    conv = g.node("Conv", [up, w, g.weight("conv.bias", features, scale=0.1)], "/conv/Conv", pads=[1, 1, 1, 1])
+    relu = g.node("Relu", [conv], "/relu/Relu")
+    down = g.node("Resize", [relu, "", "", g.constant("down.sizes", np.array([batch, features, size, size]))],
+                  "/down/Resize", mode="nearest")
+    return g.model("upsample_block", [("x", (batch, channels, size, size))], [down])
+
+
 def with_topk(rows: int = 4, width: int = 16, k: int = 3, seed: int = 0) -> onnx.ModelProto:
     """MatMul, TopK (not expressible: it compares), then Mul and Softmax over the k largest."""
     g = Graph(seed)
@@ -154,9 +170,10 @@ def with_topk(rows: int = 4, width: int = 16, k: int = 3, seed: int = 0) -> onnx
 
 
 MODELS: dict[str, Callable[..., onnx.ModelProto]] = {"encoder": encoder_layer, "conv_block": conv_block,
-                                                     "topk": with_topk}
+                                                     "upsample": upsample_block, "topk": with_topk}
 SMALL = {"encoder": {"batch": 2, "seq": 5, "hidden": 12, "heads": 3, "ffn": 20},
          "conv_block": {"batch": 2, "channels": 3, "size": 8, "features": (6, 8), "classes": 5},  # conv2 by Winograd
+         "upsample": {"batch": 1, "channels": 2, "size": 5, "features": 3},
          "topk": {"rows": 3, "width": 7}}
 
 

@@ -16,7 +16,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from examples.onnx_models import SMALL, conv_block, encoder_layer, with_topk
+from examples.onnx_models import SMALL, conv_block, encoder_layer, upsample_block, with_topk
 from libgen.onnx.importer import import_model, write_import
 from libgen.onnx.run import VIEWS, ModelRunner, RunError, _dead_after, _Unit
 
@@ -114,6 +114,13 @@ def test_an_encoder_layer_shares_buffers_between_values_that_do_not_live_at_once
     made = {o for node in onnx.load(str(path)).graph.node if node.op_type not in VIEWS for o in node.output}
     apart = sum(runner.infos[name].dtype.itemsize * np.prod(runner.infos[name].shape) for name in made)
     assert runner.planned_bytes < apart / 2
+
+
+def test_resizes_around_a_convolution_run_on_the_library(tmp_path: Path) -> None:
+    path, library = library_of(upsample_block(**SMALL["upsample"]), tmp_path, "mr_upsample")
+    runner = ModelRunner(path, library)
+    assert runner.placement == dict.fromkeys(["/up/Resize", "/conv/Conv", "/relu/Relu", "/down/Resize"], "library")
+    assert_runs_as_onnxruntime(runner, path)
 
 
 def test_the_last_reader_of_a_value_or_of_its_views_frees_it() -> None:

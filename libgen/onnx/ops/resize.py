@@ -37,6 +37,7 @@ TRANSFORMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align
 NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 MOST_NESTS = 64  # loop nests of one kernel, beyond which a Resize is refused
 MOST_PERIOD = 8  # the longest period of phases tried along an axis
+MOST_LENGTH = 1 << 16  # outputs along one axis: each is looked at once at import
 WEIGHT_TOLERANCE = 1e-6
 Tap = tuple[int, float]  # an input position and its weight
 
@@ -144,6 +145,8 @@ def resize(node: Node) -> Kernel:
         raise Unsupported("not written", f"keep_aspect_ratio_policy {node.attr('keep_aspect_ratio_policy')!r}")
     scales, lengths = _scales_and_lengths(node, x)
     expect(y, lengths)
+    if max(lengths) > MOST_LENGTH:
+        raise Unsupported("not written", f"Resize to {max(lengths)} positions along an axis (at most {MOST_LENGTH})")
     if node.attr("antialias", 0) and min(scales) < 1:
         raise Unsupported("not written", "antialiased downsampling")
     per_axis = [segments([taps_at(o, n, length, scale, mode, transform, nearest) for o in range(length)])
