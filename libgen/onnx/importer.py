@@ -18,8 +18,9 @@ Concat sees its shape. Folded nodes have neither a kernel nor a reason: in model
 `"kernel": null, "unsupported": null`, and a runner computes them as it computes skipped nodes.
 A BatchNormalization of constant statistics after a Conv of constant weights is folded into them
 (batchnorm.py, as ONNX Runtime does): the Conv's call reads derived weights and writes the
-BatchNormalization's output, and covers both nodes. A Conv that Winograd's algorithm computes
-(winograd.py) reads its weights transformed at import. The derived constants are model.json's
+BatchNormalization's output, and covers both nodes. Some kernels read constants they derive
+themselves (a Conv by Winograd's algorithm, winograd.py, its transformed weights; a
+RotaryEmbedding its caches' rows at constant positions). The derived constants are model.json's
 `constants` (with what each comes from, among the model's own) and DIR/constants.npz.
 
 Identical kernels (same operator, shapes and attributes, hence the same text) are one kernel and

@@ -211,8 +211,8 @@ def identifier(name: str, taken: Iterable[str] = (), separator: str = "") -> str
 @dataclass(frozen=True)
 class Derived:
     """A constant the import computed from the model's own (a Conv's weights with a
-    BatchNormalization folded in, or transformed for Winograd's algorithm): a kernel's call reads
-    it by its name."""
+    BatchNormalization folded in or transformed for Winograd's algorithm, a rotary embedding's
+    rows at constant positions): a kernel's call reads it by its name."""
 
     value: np.ndarray
     sources: tuple[str, ...]  # the model's constants it comes from
