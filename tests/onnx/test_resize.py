@@ -93,6 +93,16 @@ def test_what_is_not_written_is_refused_with_the_reason(attributes: dict, number
     assert caught.value.feature == "not written" and detail in caught.value.detail
 
 
+@pytest.mark.parametrize("scale", [0.0, -2.0, float("nan"), float("inf")])
+def test_a_scale_that_is_not_a_positive_number_is_invalid(scale: float) -> None:
+    scales = Value("scales", "f32", (4,), np.array([1, 1, scale, 2], np.float32))
+    node = Node("r", "Resize", (Value("x", "f32", (1, 2, 4, 4)), None, scales), (Value("y", "f32", (1, 2, 8, 8)),),
+                {}, 19)
+    with pytest.raises(Unsupported) as caught:
+        kernel_for(node)
+    assert caught.value.feature == "invalid" and "scales" in caught.value.detail
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(["nearest", "linear"]), st.sampled_from(TRANSFORMS), st.sampled_from(NEAREST),
        st.integers(1, 9), st.integers(1, 9), st.sampled_from([0.5, 1.0, 1.5, 2.0, 3.0, 0.75]),

@@ -177,7 +177,7 @@ def _scales_and_lengths(node: Node, x: Value) -> tuple[list[float], list[int]]:
         raise Unsupported("invalid", "Resize takes one of scales and sizes, not empty")
     (value,) = given
     numbers = value.floats() if value is node.input(2) else value.ints()
-    if len(numbers) != len(axes) or len(set(axes)) != len(axes) or min(numbers) <= 0:
+    if len(numbers) != len(axes) or len(set(axes)) != len(axes) or not all(0 < n < math.inf for n in numbers):
         raise Unsupported("invalid", f"{len(numbers)} {'scales' if value is node.input(2) else 'sizes'} "
                                      f"{numbers} for axes {axes}")
     scales, lengths = [1.0] * x.rank, list(x.shape)
