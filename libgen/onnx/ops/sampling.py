@@ -1,5 +1,6 @@
-"""Resize, nearest and linear: each output element a weighted sum of input elements, written as
-loop nests whose read indices are affine in their loops.
+"""Sampling: Resize, nearest and linear, whose output elements are weighted sums of input elements,
+written as loop nests whose read indices are affine in their loops; and AffineGrid, the sampling
+positions of an affine transformation (which GridSample would read: indirection).
 
     check_node("Resize", {"x": normal(1, 2, 5, 7), "scales": np.array([1, 1, 2, 2], np.float32)},
                {"mode": "linear"}, constants=("scales",))
@@ -187,3 +188,39 @@ def _scales_and_lengths(node: Node, x: Value) -> tuple[list[float], list[int]]:
         else:
             scales[d], lengths[d] = float(np.float32(number_) / np.float32(x.shape[d])), int(number_)
     return scales, lengths
+
+
+@operator("AffineGrid")
+def affine_grid(node: Node) -> Kernel:
+    """grid[n, ..., j] = sum over k of theta[n, j, k] * base[..., k], base the output positions'
+    coordinates in [-1, 1] (x along the last axis, then y, then z) and 1."""
+    theta, size = node.inputs[0], node.input(1)
+    (grid,) = node.outputs
+    spatial = size.ints()[2:] if size is not None else []
+    if theta.rank != 3 or len(spatial) not in (2, 3) or theta.shape[1:] != (len(spatial), len(spatial) + 1):
+        raise Unsupported("invalid", f"theta {list(theta.shape)} for an output of size {size.ints() if size else []}")
+    expect(grid, [theta.shape[0], *spatial, len(spatial)])
+    corners = node.attr("align_corners", 0)
+    if corners and 1 in spatial:
+        raise Unsupported("not written", "align_corners with an axis of one position, which ONNX's reference "
+                                         "places at -1 and ONNX Runtime at 1")
+    kernel = Kernel("affinegrid")
+    thetas, grids = kernel.input(theta, "theta"), kernel.output(grid)
+    for j in range(len(spatial)):
+        line = Nest()
+        n, *positions = line.all([theta.shape[0], *spatial])
+        # the coordinate along each axis, x (the last) first, as ONNX's base grid orders them
+        coordinates = [_coordinate(position, length, corners)
+                       for position, length in reversed(list(zip(positions, spatial, strict=True)))]
+        terms = [f"{thetas.at([n, j, k])} * {coordinate}" for k, coordinate in enumerate(coordinates)]
+        kernel.loop(line.sizes, grids.at([n, *positions, j]), "=",
+                    " + ".join([*terms, thetas.at([n, j, len(spatial)])]))
+    return kernel
+
+
+def _coordinate(position: str, length: int, corners: int) -> str:
+    """Position `position` of `length` in [-1, 1]: the pixels' centres, or with align_corners
+    their corners (of two pixels at least)."""
+    if corners:
+        return f"({position} * 2 / {length - 1} - 1)"
+    return f"(({position} * 2 + 1) / {length} - 1)"

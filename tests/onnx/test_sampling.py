@@ -1,5 +1,6 @@
 """Resize agrees with ONNX Runtime across modes, coordinate transformations, rounding modes, scales,
-sizes and opsets; what the catalogue does not write is refused with the reason."""
+sizes and opsets, and AffineGrid in 2-D and 3-D; what the catalogue does not write is refused with
+the reason."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from libgen.onnx.catalogue import kernel_for
 from libgen.onnx.nodes import Node, Unsupported, Value
-from libgen.onnx.ops.resize import MOST_NESTS, NEAREST, TRANSFORMS, Segment, segments, taps_at
+from libgen.onnx.ops.sampling import MOST_NESTS, NEAREST, TRANSFORMS, Segment, segments, taps_at
 from tests.onnx.single_node import check_node, normal
 
 CASES = [
@@ -119,3 +120,31 @@ def test_any_scales_and_modes_agree_or_are_refused(mode, transform, nearest, row
                    constants=("scales",))
     except Unsupported as refused:
         assert refused.feature == "not written" and f"(at most {MOST_NESTS})" in refused.detail
+
+
+@pytest.mark.parametrize("theta, size, align_corners", [
+    ((2, 2, 3), (2, 3, 5, 7), 0), ((2, 2, 3), (2, 3, 5, 7), 1),
+    ((1, 2, 3), (1, 1, 1, 4), 0),  # one row: at 0
+    ((2, 3, 4), (2, 1, 3, 4, 5), 0), ((2, 3, 4), (2, 1, 3, 4, 5), 1),  # 3-D
+])
+def test_affine_grid(theta: tuple[int, ...], size: tuple[int, ...], align_corners: int) -> None:
+    check_node("AffineGrid", {"theta": normal(*theta), "size": np.array(size, np.int64)},
+               {"align_corners": align_corners}, constants=("size",), opset=20)
+
+
+def test_an_affine_grid_with_corners_aligned_on_one_position_is_refused() -> None:
+    """ONNX's reference puts the single position at -1, ONNX Runtime at 1: no answer to match."""
+    size = Value("size", "i64", (4,), np.array([1, 1, 1, 4], np.int64))
+    node = Node("g", "AffineGrid", (Value("theta", "f32", (1, 2, 3)), size), (Value("y", "f32", (1, 1, 4, 2)),),
+                {"align_corners": 1}, 20)
+    with pytest.raises(Unsupported) as caught:
+        kernel_for(node)
+    assert caught.value.feature == "not written" and "ONNX Runtime at 1" in caught.value.detail
+
+
+def test_an_affine_grid_of_a_size_known_only_when_the_model_runs_is_refused() -> None:
+    node = Node("g", "AffineGrid", (Value("theta", "f32", (2, 2, 3)), Value("size", "i64", (4,))),
+                (Value("y", "f32", (2, 5, 7, 2)),), {}, 20)
+    with pytest.raises(Unsupported) as caught:
+        kernel_for(node)
+    assert caught.value.feature == "dynamic shape"
