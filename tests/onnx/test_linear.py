@@ -176,6 +176,37 @@ def test_winograd_f43_is_a_correlation_exactly() -> None:
             [sum(d[i + r] * g[r] for r in range(3)) for i in range(4)]
 
 
+COL2IM = [
+    # channels, image_shape, block_shape, attributes
+    (1, [4, 4], [2, 2], {}),
+    (2, [5, 6], [2, 3], {"strides": [1, 2], "pads": [0, 1, 1, 0]}),  # asymmetric pads
+    (2, [5, 7], [3, 3], {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    (2, [5, 6], [2, 2], {"dilations": [2, 2], "strides": [2, 2]}),
+    (3, [7], [3], {}),  # 1-D
+    (1, [3, 4, 5], [2, 2, 2], {"pads": [0, 0, 0, 1, 0, 1]}),  # 3-D
+]
+
+
+@pytest.mark.parametrize("channels, image, block, attributes", COL2IM)
+def test_col2im(channels: int, image: list[int], block: list[int], attributes: dict) -> None:
+    rank = len(image)
+    strides, dilations = attributes.get("strides", [1] * rank), attributes.get("dilations", [1] * rank)
+    pads = attributes.get("pads", [0] * 2 * rank)
+    blocks = [(n + pads[d] + pads[d + rank] - (k - 1) * dilations[d] - 1) // strides[d] + 1
+              for d, (n, k) in enumerate(zip(image, block, strict=True))]
+    x = normal(2, channels * int(np.prod(block)), int(np.prod(blocks)))
+    check_node("Col2Im", {"x": x, "image_shape": np.array(image, np.int64), "block_shape": np.array(block, np.int64)},
+               attributes, constants=("image_shape", "block_shape"), opset=18)
+
+
+def test_col2im_of_columns_that_are_not_the_images_blocks_is_invalid() -> None:
+    shapes = (Value("x", "f32", (1, 4, 8)), Value("image", "i64", (2,), np.array([4, 4])),
+              Value("block", "i64", (2,), np.array([2, 2])))
+    with pytest.raises(Unsupported) as caught:
+        kernel_for(Node("c", "Col2Im", shapes, (Value("y", "f32", (1, 1, 4, 4)),), {}, 18))
+    assert caught.value.feature == "invalid"
+
+
 CONV_TRANSPOSE = [
     ((1, 3, 5, 6), (3, 4, 3, 2), {}),
     ((2, 4, 4, 4), (4, 8, 3, 3), {"strides": [2, 2]}),

@@ -1,4 +1,4 @@
-"""Products and sliding windows: MatMul, Gemm, Einsum, Conv and ConvTranspose, and the window
+"""Products and sliding windows: MatMul, Gemm, Einsum, Conv, ConvTranspose and Col2Im, and the window
 arithmetic (output sizes, padding) that the pools share with the convolutions.
 
     check_node("Conv", {"x": normal(1, 3, 7, 9), "w": normal(4, 3, 3, 2)}, {"pads": [1, 0, 1, 1]})
@@ -11,6 +11,7 @@ filled with the padding value, into whose interior the input is copied.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from .. import winograd
 from ..nodes import Array, Kernel, Nest, Node, Unsupported, Value, affine, broadcast, broadcast_shape, number
 from ..registry import operator
+from .layout import expect
+from .layout import strides as row_major
 
 # ---------------------------------------------------------------------------------------------
 # Sliding windows, shared with pool.py
@@ -327,6 +330,50 @@ def conv_transpose(node: Node) -> Kernel:
         index = line.all(y.shape)
         crop = target.at([*index[:2], *(affine([(i, 1)], b_) for i, b_ in zip(index[2:], begins, strict=True))])
         kernel.loop(line.sizes, ys.at(index), "=", f"{crop} + {bs.at([index[1]])}" if bs else crop)
+    return kernel
+
+
+@operator("Col2Im")
+def col2im(node: Node) -> Kernel:
+    """Each column of x, a block of the image, adds onto it: x[n, c*K + k, b] (K positions in a
+    block, k one of them, b the block) onto full[n, c, b*s + k*d] per spatial axis, a
+    zero-initialised temporary of the padded image; y is full cropped by the pads."""
+    x, image, block = node.inputs[0], node.input(1), node.input(2)
+    (y,) = node.outputs
+    image_shape, block_shape = image.ints(), block.ints()
+    rank = len(image_shape)
+    strides = tuple(node.attr("strides", [1] * rank))
+    dilations = tuple(node.attr("dilations", [1] * rank))
+    pads = tuple(node.attr("pads", [0] * 2 * rank))
+    padded = [size + before + after for size, before, after in zip(image_shape, pads[:rank], pads[rank:],
+                                                                   strict=True)]
+    blocks = [(p - (k - 1) * d - 1) // s + 1 if k > 0 else 0
+              for p, k, s, d in zip(padded, block_shape, strides, dilations, strict=True)]
+    per_block = math.prod(block_shape)
+    if x.rank != 3 or len(block_shape) != rank or min(blocks, default=0) < 1 or x.shape[1] % per_block \
+            or x.shape[2] != math.prod(blocks):
+        raise Unsupported("invalid", f"input {list(x.shape)} is not the columns of blocks {block_shape} of an "
+                                     f"image {image_shape} padded by {list(pads)}")
+    channels = x.shape[1] // per_block
+    expect(y, [x.shape[0], channels, *image_shape])
+    kernel = Kernel("col2im")
+    xs, ys = kernel.input(x), kernel.output(y)
+    direct = not any(pads)
+    target = ys if direct else kernel.temporary("full", y.dtype, (x.shape[0], channels, *padded))
+    init = Nest()
+    kernel.loop(init.sizes, target.at(init.all(target.shape)), "=", "0")
+    line = Nest()
+    n, c = line.over(x.shape[0]), line.over(channels)
+    taps, positions = line.all(block_shape), line.all(blocks)
+    column = affine([(c, per_block), *zip(taps, row_major(block_shape), strict=True)])
+    writes = [affine([(b, s), (k, d)]) for b, k, s, d in zip(positions, taps, strides, dilations, strict=True)]
+    kernel.loop(line.sizes, target.at([n, c, *writes]), "+=",
+                xs.at([n, column, affine(zip(positions, row_major(blocks), strict=True))]))
+    if not direct:
+        line = Nest()
+        index = line.all(y.shape)
+        kernel.loop(line.sizes, ys.at(index), "=", target.at(
+            [*index[:2], *(affine([(i, 1)], before) for i, before in zip(index[2:], pads[:rank], strict=True))]))
     return kernel
 
 
