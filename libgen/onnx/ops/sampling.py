@@ -177,16 +177,18 @@ def _scales_and_lengths(node: Node, x: Value) -> tuple[list[float], list[int]]:
     if len(given) != 1:
         raise Unsupported("invalid", "Resize takes one of scales and sizes, not empty")
     (value,) = given
-    numbers = value.floats() if value is node.input(2) else value.ints()
+    from_scales = value is node.input(2)
+    numbers = value.floats() if from_scales else value.ints()
     if len(numbers) != len(axes) or len(set(axes)) != len(axes) or not all(0 < n < math.inf for n in numbers):
-        raise Unsupported("invalid", f"{len(numbers)} {'scales' if value is node.input(2) else 'sizes'} "
-                                     f"{numbers} for axes {axes}")
+        raise Unsupported("invalid", f"{len(numbers)} {'scales' if from_scales else 'sizes'} {numbers} for axes {axes}")
     scales, lengths = [1.0] * x.rank, list(x.shape)
-    for d, number_ in zip(axes, numbers, strict=True):
-        if value is node.input(2):
-            scales[d], lengths[d] = float(np.float32(number_)), math.floor(x.shape[d] * float(np.float32(number_)))
+    for d, given_number in zip(axes, numbers, strict=True):
+        # in float32, as ONNX Runtime computes them
+        if from_scales:
+            scales[d] = float(np.float32(given_number))
+            lengths[d] = math.floor(x.shape[d] * scales[d])
         else:
-            scales[d], lengths[d] = float(np.float32(number_) / np.float32(x.shape[d])), int(number_)
+            scales[d], lengths[d] = float(np.float32(given_number) / np.float32(x.shape[d])), int(given_number)
     return scales, lengths
 
 
