@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import io
 import os
@@ -21,12 +22,18 @@ def write_atomically(path: Path, data: bytes) -> None:
     """Replace `path` with `data` so that a crash leaves the old file or the
     new one, never half of either. A symbolic link is written through (its
     target is replaced, the link stays); an existing file keeps its mode, and
-    a new one gets the mode the umask gives."""
+    a new one gets the mode the umask gives. A character device or a pipe is
+    written in place, not replaced; any other target that is not a regular
+    file is an OSError."""
     target = Path(os.path.realpath(path))
     try:
-        mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
+        status: os.stat_result | None = os.stat(target)
     except FileNotFoundError:
-        mode = None
+        status = None
+    if status is not None and not stat.S_ISREG(status.st_mode):
+        _write_in_place(target, status, data)
+        return
+    mode = None if status is None else stat.S_IMODE(status.st_mode)
     temporary = target.with_name(f".{target.name}.{secrets.token_hex(8)}.tmp")
     # created like any new file (0666 less the umask), not mkstemp's 0600
     handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -39,6 +46,16 @@ def write_atomically(path: Path, data: bytes) -> None:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+def _write_in_place(target: Path, status: os.stat_result, data: bytes) -> None:
+    # A stream (`--out /dev/null`, a pipe) is written as a shell's `>` writes it: renaming a file over a
+    # device would replace the device. Anything else that is not a regular file is refused.
+    if not (stat.S_ISCHR(status.st_mode) or stat.S_ISFIFO(status.st_mode)):
+        kind = "a directory" if stat.S_ISDIR(status.st_mode) else "not a regular file, a pipe or a character device"
+        raise OSError(errno.EINVAL, f"{kind}: refusing to replace it", str(target))
+    with open(target, "wb") as out:
+        out.write(data)
 
 
 @contextmanager

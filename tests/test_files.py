@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,3 +75,31 @@ def test_fmt_write_formats_the_target_of_a_link(tmp_path: Path) -> None:
     assert main(["fmt", "--write", str(link)]) == 0
     assert link.is_symlink()
     assert target.read_text() == canonical and _mode(target) == 0o644
+
+
+def test_a_character_device_is_written_in_place_and_stays_a_device() -> None:
+    write_atomically(Path("/dev/null"), b"discarded")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_a_pipe_is_written_in_place(tmp_path: Path) -> None:
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(pipe.read_bytes()))
+    reader.start()
+    write_atomically(pipe, b"through the pipe")
+    reader.join(timeout=10)
+    assert received == [b"through the pipe"] and stat.S_ISFIFO(pipe.stat().st_mode)
+
+
+def test_a_directory_is_refused_and_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "inside").write_text("kept")
+    with pytest.raises(OSError, match="a directory: refusing to replace it"):
+        write_atomically(tmp_path, b"new")
+    assert (tmp_path / "inside").read_text() == "kept"
+
+
+def test_the_command_line_names_a_target_it_cannot_write(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["kernels", "softmax", "--quick", "-o", str(tmp_path)]) == 1
+    assert f"dojo kernels: error: {tmp_path}: a directory: refusing to replace it" in capsys.readouterr().err
