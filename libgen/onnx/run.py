@@ -21,7 +21,6 @@ is not reentrant: one thread at a time.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
@@ -34,7 +33,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..runtime import Library, aligned_empty
+from dojo_ir import load
+
+from ..manifest import arrays
+from ..runtime import Library, aligned_empty, read_manifest
 from .reads import used_names
 
 VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
@@ -101,9 +103,11 @@ class ModelRunner:
 
     def __init__(self, model_path: str | Path, library_dir: str | Path, fuse: bool | None = None):
         model_path, library_dir = Path(model_path), Path(library_dir)
-        library, hashes = open_library(library_dir)
+        manifest = read_library(library_dir)
         model = read_model(model_path)
-        imported, held = import_in_memory(model_path, fuse, hashes)
+        imported, held = import_in_memory(model_path, fuse, {k["name"]: k.get("spec_hash") for k in
+                                                             manifest["kernels"]})
+        library = load_library(library_dir, manifest, imported.kernels, held)
         self.model = model_path.name
         self._model, self._library, self._nodes = model, library, list(model.graph.node)
         names = [entry["name"] for entry in imported.nodes]  # one per node, in the graph's order
@@ -245,18 +249,32 @@ class ModelRunner:
 
 # -- the library and the model ----------------------------------------------------------------------
 
-def open_library(directory: Path) -> tuple[Library, dict[str, str]]:
-    """The library at `directory` and each kernel's spec hash."""
+def read_library(directory: Path) -> dict[str, Any]:
+    """The manifest of the library at `directory`, checked for form; nothing of it is loaded."""
     if not directory.is_dir():
         raise RunError(f"{directory}: no such library directory")
-    manifest_path = directory / "manifest.json"
-    if not manifest_path.is_file():
+    if not (directory / "manifest.json").is_file():
         raise RunError(f"{directory}: not a library: it has no manifest.json (`dojo library build` writes one)")
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        hashes = {k["name"]: k["spec_hash"] for k in manifest["kernels"]}
-        return Library(directory), hashes
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        return read_manifest(directory)
+    except (OSError, ValueError) as error:
+        raise RunError(f"{directory}: cannot load the library: {error}") from None
+
+
+def load_library(directory: Path, manifest: Mapping[str, Any], kernels: Mapping[str, str],
+                 held: Collection[str]) -> Library:
+    """The library at `directory` with only the kernels `held` (built from the imported specs
+    `kernels`, by name), each taking the arrays its spec declares, whatever the manifest says.
+    Loading it runs its code; it is loaded only after the specs' hashes have been checked."""
+    entries = []
+    for entry in manifest["kernels"]:
+        if entry["name"] in held:
+            program = load(kernels[entry["name"]])
+            entries.append({**entry, "inputs": [a.to_json() for a in arrays(program, program.inputs)],
+                            "outputs": [a.to_json() for a in arrays(program, program.outputs)]})
+    try:
+        return Library(directory, {**manifest, "kernels": entries})
+    except (OSError, ValueError) as error:
         raise RunError(f"{directory}: cannot load the library: {error}") from None
 
 
@@ -265,7 +283,6 @@ def import_in_memory(path: Path, fuse: bool | None, hashes: Mapping[str, str]) -
     import of which the library holds more kernels, the unfused one when they tie), and the names
     of its kernels that the library holds built from the same spec."""
     from agent.evaluate import text_hash
-    from dojo_ir import load
 
     from .importer import ModelError, import_model  # the importer loads the operator catalogue
 
