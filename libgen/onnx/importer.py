@@ -487,8 +487,11 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
 
 
 def write_import(imported: Imported, out: Path) -> list[Path]:
-    """DIR/KERNEL.dojo for each kernel and DIR/model.json, each replaced whole or not at all."""
+    """DIR/KERNEL.dojo for each kernel and DIR/model.json, each replaced whole or not at all. The
+    files an earlier import into DIR wrote (by its model.json) and this one does not are removed;
+    no other file of DIR is touched."""
     out.mkdir(parents=True, exist_ok=True)
+    earlier = _written_by(out / "model.json")
     written = []
     for name, text in imported.kernels.items():
         path = out / f"{name}.dojo"
@@ -500,4 +503,17 @@ def write_import(imported: Imported, out: Path) -> list[Path]:
         written.append(path)
     path = out / "model.json"
     write_atomically(path, (json.dumps(imported.to_json(), indent=1) + "\n").encode())
+    for name in earlier - {p.name for p in written}:
+        (out / name).unlink(missing_ok=True)
     return [*written, path]
+
+
+def _written_by(model_json: Path) -> set[str]:
+    """The file names (within its folder) that the import which wrote `model_json` wrote."""
+    try:
+        record = json.loads(model_json.read_text(encoding="utf-8"))
+        files = {call["file"] for call in record["calls"]} | ({"constants.npz"} if record["constants"] else set())
+    except (OSError, ValueError, RecursionError, KeyError, TypeError):  # none, or not one of ours: keep all
+        return set()
+    return {name for name in files if isinstance(name, str) and Path(name).name == name
+            and name.endswith((".dojo", ".npz")) and not name.startswith(".")}

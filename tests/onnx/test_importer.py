@@ -96,6 +96,14 @@ def test_model_json_maps_nodes_to_files(tmp_path):
         ("/add", "Add", "add", None), ("/relu", "Relu", "relu", None), ("/matmul", "MatMul", "matmul", None)]
 
 
+def test_a_reimport_removes_the_kernels_it_no_longer_writes_and_nothing_else(tmp_path):
+    write_import(import_model(chain()), tmp_path)
+    (tmp_path / "notes.dojo").write_text("mine")
+    fused = write_import(import_model(chain(), fuse=True), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*(p.name for p in fused), "notes.dojo"])
+    assert not (tmp_path / "relu.dojo").exists()
+
+
 def test_an_unsupported_node_in_the_middle_is_skipped_and_the_rest_imported():
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("TopK", ["r", "k"], ["values", "indices"], name="topk", axis=-1),
