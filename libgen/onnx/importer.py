@@ -231,12 +231,17 @@ def _initializers(name: str, graph: onnx.GraphProto) -> dict[str, np.ndarray]:
 
 
 def _node_names(graph: onnx.GraphProto) -> list[str]:
-    """Each node's name, made up from its operator and position when it has none or a taken one."""
+    """Each node's name, made up from its operator and position when it has none or a taken one;
+    a made-up name is none that the graph gives."""
+    taken = {node.name for node in graph.node}
     names: list[str] = []
+    seen: set[str] = set()
     for i, node in enumerate(graph.node):
         name = node.name
-        if not name or name in names:
-            name = f"{node.name or node.op_type}_{i}"
+        if not name or name in seen:
+            name = fresh_name(f"{node.name or node.op_type}_{i}", taken)
+            taken.add(name)
+        seen.add(name)
         names.append(name)
     return names
 

@@ -187,6 +187,14 @@ def test_identical_nodes_share_one_kernel():
     assert_calls_match_ort(imported, proto, {"x": normal(3, 5), "x2": normal(3, 5, seed=1)})
 
 
+def test_a_made_up_node_name_is_none_the_graph_gives():
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="Relu_1"), helper.make_node("Relu", ["a"], ["b"], name=""),
+             helper.make_node("Relu", ["b"], ["y"], name="Relu_1")]
+    proto = model(nodes, [tensor("x", [3, 5])], [tensor("y", [3, 5])])
+    names = [record["name"] for record in import_model(proto).nodes]
+    assert len(set(names)) == 3 and names[0] == "Relu_1"
+
+
 def test_different_shapes_of_one_operator_get_numbered_names():
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="r1"), helper.make_node("Relu", ["z"], ["b"], name="r2")]
     proto = model(nodes, [tensor("x", [3, 5]), tensor("z", [4, 8])], [tensor("a", [3, 5]), tensor("b", [4, 8])])
