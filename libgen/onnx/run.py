@@ -87,12 +87,16 @@ class _SessionStep:
     late_inputs: list[str]
     late_outputs: list[str]  # bound to ONNX Runtime's own memory, in binding order after the placed ones
     placed: int  # how many outputs are bound to buffers of ours
+    nodes: str  # the nodes it runs, for messages
 
     def run(self, env: dict[str, np.ndarray]) -> None:
         given = [np.ascontiguousarray(env[name]) for name in self.late_inputs]  # alive while the session runs
         for name, value in zip(self.late_inputs, given, strict=True):
             self.binding.bind_cpu_input(name, value)
-        self.session.run_with_iobinding(self.binding)
+        try:
+            self.session.run_with_iobinding(self.binding)
+        except Exception as error:  # ORT raises its own types: the inputs' values fail a node (an index, a shape)
+            raise RunError(f"ONNX Runtime failed to run nodes {self.nodes}: {error}") from None
         if self.late_outputs:
             made = self.binding.get_outputs()[self.placed:]
             env.update((name, value.numpy()) for name, value in zip(self.late_outputs, made, strict=True))
@@ -217,7 +221,8 @@ class ModelRunner:
             if name not in self._fixed:
                 binding.bind_output(name, "cpu")
                 late_outputs.append(name)
-        return _SessionStep(session, binding, late_inputs, late_outputs, placed)
+        nodes = ", ".join(self._nodes[i].name or self._nodes[i].op_type for i in unit.nodes)
+        return _SessionStep(session, binding, late_inputs, late_outputs, placed, f"{nodes} of {self.model}")
 
     # -- running ------------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from onnx import helper, numpy_helper
 
 from examples.onnx_models import with_topk
 from libgen.onnx.run import ModelRunner, RunError
@@ -126,3 +127,18 @@ def test_a_manifest_with_a_wrong_array_is_refused(field: str, value: Any, built:
     library = tampered(lambda m: m["kernels"][0]["inputs"][0].update({field: value}))
     with pytest.raises(RunError, match="not a library's manifest"):
         ModelRunner(built[0], library)
+
+
+def test_an_input_that_onnxruntime_cannot_take_is_an_error_naming_the_node(tmp_path: Path) -> None:
+    """Gather's indices come with the inputs: an index out of range fails in ONNX Runtime, at run time."""
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["rows"], name="lookup"),
+             helper.make_node("Relu", ["rows"], ["y"], name="relu")]
+    table = numpy_helper.from_array(np.ones((4, 3), np.float32), "table")
+    graph = helper.make_graph(nodes, "lookup", [helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])], [table])
+    path, library = library_of(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), tmp_path,
+                               "hl_lookup")
+    runner = ModelRunner(path, library)
+    assert runner.run({"ids": np.array([0, 3])})["y"].shape == (2, 3)
+    with pytest.raises(RunError, match=r"ONNX Runtime failed to run nodes lookup of hl_lookup\.onnx: .*out of"):
+        runner.run({"ids": np.array([0, 99])})
