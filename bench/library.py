@@ -37,6 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agent.evaluate import log_text  # noqa: E402
 from codegen.targets import host_caches  # noqa: E402
 from dojo_ir import DojoError, load, random_inputs  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
@@ -433,7 +434,7 @@ def best_so_far(path: Path) -> tuple[list[int], list[float]]:
     """The best-so-far curve of a JSONL tuning log: each line an evaluation with an index (`evaluation`,
     `index`, `eval`, `step` or `i`; else its line number) and `median_s` (null or missing: a failed one)."""
     points = []
-    for number, line in enumerate(path.read_text().splitlines()):
+    for number, line in enumerate(log_text(path).splitlines()):
         if not line.strip():
             continue
         record = json.loads(line)

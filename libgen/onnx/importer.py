@@ -31,8 +31,9 @@ one file, so that a model's repeated layers are tuned once; a kernel is named af
 from __future__ import annotations
 
 import json
+import stat
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,13 +41,14 @@ from typing import Any
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import helper, numpy_helper
+from onnx import external_data_helper, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from dojo_ir import DojoError, load
 from runner.files import write_arrays, write_atomically
 
 from ..kernels import RESERVED
+from . import limits
 from .batchnorm import fold_into_conv
 from .catalogue import FOLDED, NOT_EXPRESSIBLE, kernel_for
 from .fuse import fuse_graph
@@ -118,8 +120,7 @@ def load_model(model: onnx.ModelProto | str | Path) -> tuple[str, onnx.ModelProt
         path = Path(model)
         name = path.name
         try:
-            # onnx refuses external data outside the model's directory (an absolute path, `..`, a link)
-            proto = onnx.load(path)
+            proto = _read(path)
         except (OSError, ValueError, TypeError, DecodeError, onnx.checker.ValidationError) as error:
             raise ModelError(f"{path}: error: cannot read an ONNX model: {error}") from None
         if not proto.HasField("graph"):  # protobuf reads an empty file, and some others, as an empty message
@@ -149,6 +150,48 @@ def load_model(model: onnx.ModelProto | str | Path) -> tuple[str, onnx.ModelProt
     if not all(isinstance(text, str) for text in names):  # protobuf gives a string that is not UTF-8 as bytes
         raise ModelError(f"{name}: error: not a valid ONNX model: a name is not UTF-8 text")
     return name, proto
+
+
+def _read(path: Path) -> onnx.ModelProto:
+    """The model at `path`, its external data read only after its size is checked against the limits."""
+    _check_file(path, limits.MODEL_BYTES, "the model")
+    proto = onnx.load(path, load_external_data=False)
+    external = 0
+    for tensor in _all_tensors(proto.graph):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            info = external_data_helper.ExternalDataInfo(tensor)
+            where = path.parent / info.location
+            size = _check_file(where, limits.EXTERNAL_DATA_BYTES, f"tensor `{tensor.name}`'s external data")
+            external += info.length if info.length is not None else max(0, size - (info.offset or 0))
+            if external > limits.EXTERNAL_DATA_BYTES:
+                raise ValueError(f"its external data passes the limit of {limits.EXTERNAL_DATA_BYTES:,} bytes at "
+                                 f"tensor `{tensor.name}` (docs/onnx.md, Limits)")
+    # onnx refuses external data outside the model's directory (an absolute path, `..`, a link)
+    external_data_helper.load_external_data_for_model(proto, str(path.parent))
+    return proto
+
+
+def _check_file(path: Path, limit: int, what: str) -> int:
+    """The size of the regular file at `path`; ValueError for another kind of file (a pipe or a device
+    would be read forever) or one over `limit` bytes."""
+    status = path.stat()
+    if not stat.S_ISREG(status.st_mode):
+        raise ValueError(f"{what} is not a regular file")
+    if status.st_size > limit:
+        raise ValueError(f"{what} has {status.st_size:,} bytes, over the limit of {limit:,} (docs/onnx.md, Limits)")
+    return status.st_size
+
+
+def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """The graph's initializers and its nodes' tensor attributes, subgraphs' included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            for subgraph in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
+                yield from _all_tensors(subgraph)
 
 
 def _infer(name: str, model: onnx.ModelProto) -> onnx.ModelProto:
@@ -223,6 +266,8 @@ def _jsonable(value: Any) -> Any:
 def _initializers(name: str, graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     constants = {}
     for tensor in graph.initializer:
+        if any(size < 0 for size in tensor.dims):
+            raise ModelError(f"{name}: error: initializer `{tensor.name}` has a negative size: {list(tensor.dims)}")
         try:
             constants[tensor.name] = numpy_helper.to_array(tensor)
         except (ValueError, TypeError, KeyError) as error:  # its data does not fill its shape; an unknown type
@@ -231,12 +276,17 @@ def _initializers(name: str, graph: onnx.GraphProto) -> dict[str, np.ndarray]:
 
 
 def _node_names(graph: onnx.GraphProto) -> list[str]:
-    """Each node's name, made up from its operator and position when it has none or a taken one."""
+    """Each node's name, made up from its operator and position when it has none or a taken one;
+    a made-up name is none that the graph gives."""
+    taken = {node.name for node in graph.node}
     names: list[str] = []
+    seen: set[str] = set()
     for i, node in enumerate(graph.node):
         name = node.name
-        if not name or name in names:
-            name = f"{node.name or node.op_type}_{i}"
+        if not name or name in seen:
+            name = fresh_name(f"{node.name or node.op_type}_{i}", taken)
+            taken.add(name)
+        seen.add(name)
         names.append(name)
     return names
 
@@ -487,8 +537,11 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
 
 
 def write_import(imported: Imported, out: Path) -> list[Path]:
-    """DIR/KERNEL.dojo for each kernel and DIR/model.json, each replaced whole or not at all."""
+    """DIR/KERNEL.dojo for each kernel and DIR/model.json, each replaced whole or not at all. The
+    files an earlier import into DIR wrote (by its model.json) and this one does not are removed;
+    no other file of DIR is touched."""
     out.mkdir(parents=True, exist_ok=True)
+    earlier = _written_by(out / "model.json")
     written = []
     for name, text in imported.kernels.items():
         path = out / f"{name}.dojo"
@@ -500,4 +553,17 @@ def write_import(imported: Imported, out: Path) -> list[Path]:
         written.append(path)
     path = out / "model.json"
     write_atomically(path, (json.dumps(imported.to_json(), indent=1) + "\n").encode())
+    for name in earlier - {p.name for p in written}:
+        (out / name).unlink(missing_ok=True)
     return [*written, path]
+
+
+def _written_by(model_json: Path) -> set[str]:
+    """The file names (within its folder) that the import which wrote `model_json` wrote."""
+    try:
+        record = json.loads(model_json.read_text(encoding="utf-8"))
+        files = {call["file"] for call in record["calls"]} | ({"constants.npz"} if record["constants"] else set())
+    except (OSError, ValueError, RecursionError, KeyError, TypeError):  # none, or not one of ours: keep all
+        return set()
+    return {name for name in files if isinstance(name, str) and Path(name).name == name
+            and name.endswith((".dojo", ".npz")) and not name.startswith(".")}
