@@ -131,12 +131,13 @@ def load_model(model: onnx.ModelProto | str | Path) -> tuple[str, onnx.ModelProt
     context = onnx.checker.C.CheckerContext()
     context.ir_version = proto.ir_version
     context.opset_imports = {o.domain: o.version for o in proto.opset_import}
-    for node in graph.node:
-        try:
-            onnx.checker.check_node(node, context)
-        except (onnx.checker.ValidationError, ValueError) as error:  # a name that is not UTF-8: a ValueError
-            message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise ModelError(f"{name}: error: not a valid ONNX model: {message}") from None
+    try:
+        # the graph as a whole, so that an If, Loop or Scan body may read the values around it
+        onnx.checker.C.check_graph(_nodes_to_check(graph).SerializeToString(), context,
+                                   onnx.checker.C.LexicalScopeContext())
+    except (onnx.checker.ValidationError, ValueError) as error:  # a name that is not UTF-8: a ValueError
+        message = " ".join(str(error).split()) or type(error).__name__
+        raise ModelError(f"{name}: error: not a valid ONNX model: {message}") from None
     made = {value.name for value in (*graph.input, *graph.initializer)} | {""}
     for node in graph.node:
         missing = next((value for value in node.input if value not in made), None)
@@ -150,6 +151,21 @@ def load_model(model: onnx.ModelProto | str | Path) -> tuple[str, onnx.ModelProt
     if not all(isinstance(text, str) for text in names):  # protobuf gives a string that is not UTF-8 as bytes
         raise ModelError(f"{name}: error: not a valid ONNX model: a name is not UTF-8 text")
     return name, proto
+
+
+def _nodes_to_check(graph: onnx.GraphProto) -> onnx.GraphProto:
+    """The graph's nodes between its inputs (its initializers among them, without their data) and
+    outputs, each given a shape if it has none: the checker wants one on the main graph's values,
+    and ONNX Runtime does not, so neither does the import."""
+    checked = onnx.GraphProto(name=graph.name, node=graph.node)
+    given = {value.name for value in graph.input}
+    checked.input.extend([*graph.input, *(helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+                                          for t in graph.initializer if t.name not in given)])
+    checked.output.extend(graph.output)
+    for value in (*checked.input, *checked.output):
+        if value.type.HasField("tensor_type") and not value.type.tensor_type.HasField("shape"):
+            value.type.tensor_type.shape.SetInParent()
+    return checked
 
 
 def _read(path: Path) -> onnx.ModelProto:
