@@ -159,14 +159,19 @@ static inline __attribute__((always_inline)) {V} dojo_erf_f32x{N}({V} x)
     r = r * s - 0.000682562648f;
     r = r * s + 0.000234404084f;
     r = r * s + 0.999961793f;
-    /* from 3.9192059 on (inf included) erf rounds to 1; a NaN fails every comparison and stays in r */
+    /* The masks compare a's bits as integers (a >= 0, so they order as the floats do), by the sign of
+       a difference: GCC compares a vector wider than the registers (16 lanes on AVX2) lane by lane
+       with branches, which random inputs mispredict (3x slower), but it splits shifts and subtractions. */
+    {M} bits = ({M})a;
+    {M} low = (bits - 0x3f6c0000) >> 31;       /* a < 0.921875 */
+    {M} middle = (bits - 0x40000000) >> 31;    /* a < 2 */
+    {M} saturated = ~((bits - 0x407ad445) >> 31); /* a >= 3.9192059, the least float whose erf rounds to 1 */
+    {M} nan = (0x7f800000 - bits) >> 31;       /* a > inf */
     const {V} zero = {{0}};
-    {M} saturated = a >= 3.9192059f;
     r = ({V})((({M})(zero + 1.0f) & saturated) | (({M})r & ~saturated));
-    {M} middle = a < 2.0f;
     r = ({V})((({M})q & middle) | (({M})r & ~middle));
-    {M} low = a < 0.921875f;
     r = ({V})((({M})small & low) | (({M})r & ~low));
+    r = ({V})((({M})(a + a) & nan) | (({M})r & ~nan)); /* NaN stays NaN, made quiet as erff does */
     return ({V})(({M})r | sign);
 }}""",
 }
