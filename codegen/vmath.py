@@ -18,8 +18,15 @@ without fused multiply-adds the error stays under 1 ulp (0.78 and 0.96 in a simu
 Lanes are chosen by masks (a comparison's all-ones lanes), never by a loop over lanes, which GCC
 leaves scalar. The helpers are always inlined: GCC otherwise calls one from two places (a loop it
 versions), and a vector wider than the target's registers (16 lanes on AVX2) then goes through
-memory both ways, which made an erf nest 1.45x slower on AVX2. `{V}` is the vector type, `{M}` the int32 vector of its lanes' masks, `{N}` the lanes.
+memory both ways, which made an erf nest 1.45x slower on AVX2.
+
+`{V}` is the vector type, `{M}` the int32 vector of its lanes' masks, `{N}` the lanes.
 """
+
+# The helpers that compare floats (lanes chosen by masks), which a target whose registers are
+# narrower than the vector computes in halves (cvector's `_halved`); erf's masks are integer
+# arithmetic, which the compiler splits itself.
+F32_MATH_COMPARING = ("exp", "log", "tanh")
 
 # The helper's C text by function, formatted with V, M and N.
 F32_MATH = {

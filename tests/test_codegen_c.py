@@ -450,6 +450,22 @@ def test_vector_erf_is_within_one_ulp_with_exact_tails_and_odd(cache: Path) -> N
     check_erf(compiled_outputs(program, inputs, cache), inputs["x"])
 
 
+def test_a_comparing_helper_wider_than_the_registers_is_two_of_half_the_lanes() -> None:
+    """GCC compares a vector wider than the target's registers lane by lane, with branches; max, min,
+    exp, log and tanh of such a vector are two helpers of half as many lanes (down to the register),
+    each half through a union. erf compares by integer arithmetic and stays whole."""
+    program = load(MATH.replace("exp(x[{0}*16+{1}])", "max(exp(x[{0}*16+{1}]), 0)"))
+    avx2, neon = generate(program, get_target("x86-avx2")), generate(program, get_target("arm-neon"))
+    assert ("vf32x16 dojo_max_f32x16(vf32x16 a, vf32x16 b) { union { vf32x16 w; vf32x8 h[2]; } ua = {a}, ub = {b}, r; "
+            "r.h[0] = dojo_max_f32x8(ua.h[0], ub.h[0]);") in avx2
+    assert "vi32x16 m = (a > b)" not in avx2 and "vi32x8 m = (a > b)" in avx2
+    assert "r.h[1] = dojo_exp_f32x8(ua.h[1]);" in avx2 and "dojo_exp_f32x16(vf32x16 x)" not in avx2
+    assert "r.h[1] = dojo_exp_f32x4(ua.h[1]);" in neon and "r.h[0] = dojo_log_f32x4(ua.h[0]);" in neon
+    assert "vi32x16 m = (a > b)" in generate(program, get_target("x86-avx512"))
+    erf = generate(load(ERF), get_target("x86-avx2"))
+    assert "dojo_erf_f32x16(vf32x16 x)" in erf and "union" not in erf
+
+
 STREAMING = """kernel k(x, g) -> y, z, u, w
 
 x f32 [8, 64] heap
