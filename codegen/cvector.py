@@ -38,7 +38,8 @@ reorderable: results agree with the interpreter within the verification
 tolerance, not to the bit. Functions are elementwise helpers: f32 `exp`,
 `log`, `tanh` and `erf` are vector polynomials (codegen/vmath.py: 1-3 ulp,
 erf under 1, numpy's special values), the others a libm call per lane; `max` and `min` select with
-masks so that NaN propagates.
+masks so that NaN propagates. Those that compare are, for a vector wider than the target's
+registers, two of half as many lanes (`_halved`), which GCC would compare lane by lane.
 
 Streaming stores (`streamable`, `dojo_stream_*`): a `:v` store of 16-64
 aligned bytes may be written with x86's non-temporal stores, which skip the
