@@ -240,7 +240,7 @@ def generate_c(program: Program, target: Target | None = None, threshold: int | 
     code = kernel_function(program, target, threshold)
     if with_main:
         code += "\n\n" + harness(program, parameters(program))
-    vector_helpers = vector_helper_source(used_vector_helpers(code))
+    vector_helpers = vector_helper_source(used_vector_helpers(code), target.vector_bytes if target else None)
     stream_helpers = stream_helper_source(used_stream_helpers(code))
     typedefs = vector_typedefs(used_vector_types(code + vector_helpers + stream_helpers))
     scalar_helpers = helper_source(used_helpers(code + vector_helpers))
