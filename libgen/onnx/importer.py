@@ -427,12 +427,13 @@ def _fold_into_product(onnx_node: onnx.NodeProto, name: str, opset: int, tensors
     return True
 
 
-def _adopt_derived(kernel: Kernel, derived: dict[str, Derived], taken: Set[str]) -> None:
+def _adopt_derived(kernel: Kernel, derived: dict[str, Derived], taken: set[str]) -> None:
     """List the constants that `kernel` computed (Winograd's weights) in `derived`, under names
-    that neither the graph nor `derived` has, each coming from the model's own constants (through
-    those of `derived` it was computed from)."""
+    not `taken` (the graph's and `derived`'s, to which it adds those it gives), each coming from the
+    model's own constants (through those of `derived` it was computed from)."""
     for name, made in list(kernel.derived.items()):
-        fresh = fresh_name(name, taken | derived.keys())
+        fresh = fresh_name(name, taken)
+        taken.add(fresh)
         sources = tuple(s for n in made.sources for s in (derived[n].sources if n in derived else (n,)))
         derived[fresh] = kernel.derived[fresh] = Derived(made.value, sources, made.how)
         if fresh != name:
@@ -528,9 +529,10 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
             made_by.update((o, (len(graph_nodes), onnx_node)) for o in onnx_node.output)
             graph_nodes.append((node, result))
 
+    taken = values | constants.keys() | derived.keys()
     for _, kernel in graph_nodes:
-        if kernel is not None:
-            _adopt_derived(kernel, derived, values | constants.keys())
+        if kernel is not None and kernel.derived:
+            _adopt_derived(kernel, derived, taken)
     if fuse:
         groups = [(tuple(nodes), kernel) for nodes, kernel in
                   fuse_graph(graph_nodes, keep={o.name for o in graph.output})]
