@@ -431,8 +431,10 @@ def _pyplot():
     return plt
 
 
-def plot_speedups(rows: list[dict[str, Any]], peers: list[str], directory: Path) -> list[Path]:
-    """One bar chart per peer: PerfDojo's speedup over it per kernel, log scale, 1x marked (Figure 1b/14)."""
+def plot_speedups(rows: list[dict[str, Any]], peers: list[str], out: Path) -> list[Path]:
+    """One bar chart per peer: PerfDojo's speedup over it per kernel, log scale, 1x marked (Figure 1b/14); named after
+    the results file `out` (library.md: library_speedup_<peer>.png), beside it."""
+    directory, stem = out.parent, out.stem
     plt = _pyplot()
     written = []
     for peer in peers:
@@ -456,7 +458,7 @@ def plot_speedups(rows: list[dict[str, Any]], peers: list[str], directory: Path)
         for i, s in enumerate(speedups):
             ax.text(i, s, f"{s:.2g}", ha="center", va="bottom" if s >= 1 else "top", fontsize=7)
         fig.tight_layout()
-        path = directory / f"library_speedup_{peer.replace('.', '_')}.png"
+        path = directory / f"{stem}_speedup_{peer.replace('.', '_')}.png"
         fig.savefig(path, dpi=120)
         plt.close(fig)
         written.append(path)
@@ -480,7 +482,7 @@ def plot_speedups(rows: list[dict[str, Any]], peers: list[str], directory: Path)
         ax.set_ylabel("PerfDojo speedup (peer time / PerfDojo time)")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        path = directory / "library_speedup.png"
+        path = directory / f"{stem}_speedup.png"
         fig.savefig(path, dpi=120)
         plt.close(fig)
         written.insert(0, path)
@@ -618,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     text = report(rows, args.peers, machine, meta)
-    plots = [] if args.no_perfdojo else plot_speedups(rows, args.peers, args.out.parent)
+    plots = [] if args.no_perfdojo else plot_speedups(rows, args.peers, args.out)
     if args.convergence:
         plots.append(plot_convergence({p.stem: p for p in args.convergence},
                                       args.out.parent / "library_convergence.png"))
