@@ -16,9 +16,10 @@ The three strategies of the paper's section 4.1:
   of vector accumulators that fits the registers (which also hides the latency of the
   dependent updates as section 4.1's tiling does), tails where the tile does not divide,
   blocks of the reduction whose panel of the streamed operand fits the private cache, and that
-  panel packed; fuses and reuses, accumulates the other reductions in registers
-  (`accumulate`), vectorises the innermost scopes, and parallelises the outermost parallel
-  scope.
+  panel packed; fuses and reuses (a temporary keeps the row that fused operations share, so
+  that they can be split apart again and each vectorised), accumulates the other reductions in
+  registers (`accumulate`), vectorises the innermost scopes, and parallelises the outermost
+  parallel scope.
 
 Each pass returns move strings, which `dojo_ir.derivation.advance` or a recorded derivation
 replays. A pass only ever plays moves that are legal where it plays them and skips a step that
