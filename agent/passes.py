@@ -41,6 +41,7 @@ from dojo_ir.moves import Move, apply, find, why_not
 from dojo_ir.moves.set_location import CAPACITY
 from dojo_ir.paths import without_comments
 from dojo_ir.tree import DTYPE_BYTES, Access, Op, Scope
+from runner.roofline import MachineError, machine_limits
 
 from . import methods
 
@@ -347,7 +348,8 @@ def _divisors(n: int, most: int) -> list[int]:
     return [d for d in range(1, min(n, most) + 1) if n % d == 0]
 
 
-def tile_shape(rows: int, vectors: int, registers: int, per_vector: int = 1, cores: int = 1) -> tuple[int, int]:
+def tile_shape(rows: int, vectors: int, registers: int, per_vector: int = 1, cores: int = 1,
+               in_flight: int = 1) -> tuple[int, int]:
     """The register tile of a blocked reduction: R of `rows` by W of `vectors` accumulators, whose
     live values fit in `registers` (`_live_registers`: one more and the compiler spills an
     accumulator in the inner loop), that loads least per multiply-add: each step loads W vectors
@@ -357,17 +359,34 @@ def tile_shape(rows: int, vectors: int, registers: int, per_vector: int = 1, cor
     panel, one 6 rows deep does not). Each side that does not divide its extent counts TAIL_COST
     more (its tail is a loop nest of its own, with a smaller tile); more accumulators first,
     then more rows, on a tie. With `cores` above 1 the column blocks (`vectors / W`) are what
-    the cores share, so a tile that shares them out evenly comes first."""
+    the cores share, so a tile that shares them out evenly comes first. A core issues a
+    multiply-add only when one of `in_flight` (its FMA latency times its FMA ports,
+    `fma_in_flight`) has finished, so a tile of fewer accumulators waits on them: its cost grows
+    by `in_flight` over its accumulators."""
     shapes = [(r, w) for r in range(1, min(rows, registers) + 1) for w in range(1, min(vectors, registers) + 1)
               if _live_registers(r, w, per_vector) <= registers]
 
     def cost(rw: tuple[int, int]) -> tuple:
         r, w = rw
         tails = (rows % r > 0) + (vectors % w > 0)
+        latency = max(1.0, in_flight / (r * w * per_vector))
         return (cores > 1 and not _balanced(vectors // w, cores),  # the tail's block is a loop nest of its own
-                (STREAMED_LOAD_COST / r + 1 / w) * (1 + TAIL_COST * tails), -r * w, -r)
+                (STREAMED_LOAD_COST / r + 1 / w) * (1 + TAIL_COST * tails) * latency, -r * w, -r)
 
     return min(shapes, key=cost)
+
+
+def fma_in_flight(target: Target) -> int:
+    """The independent multiply-adds a core must have under way to issue one as often as its FMA
+    ports allow (latency x ports), which no vendor table gives here: measured on this machine by
+    `runner.roofline` (once, then cached) for a C target that runs here without an emulator; 1, no
+    constraint, for any other target or when it cannot be measured."""
+    if target.language != "c" or target.launcher or not target.runnable():
+        return 1
+    try:
+        return machine_limits().fma_in_flight
+    except MachineError:
+        return 1
 
 
 def _register_block(state: _State, target: Target) -> None:
@@ -426,7 +445,7 @@ def _block(state: _State, label: str, target: Target) -> bool:
     outer = [chain[d].size for d in range(n - 1) if roles[d].startswith("s") and d != row and d not in reductions]
     sharing = 1 if any(_balanced(size, target.cores) for size in outer if size > 1) else target.cores
     r, w = tile_shape(chain[row].size, chain[n - 2].size if split else 1, target.vector_registers, per_vector,
-                      sharing)
+                      sharing, fma_in_flight(target))
     panel_row = w * chain[-1].size * _op_bytes(state.program, op)  # one step's vectors of the streamed operand
     block = reduction_block(chain[longest].size, panel_row, target)
     roles[row], roles[longest] = "I", "K"

@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.passes import PASSES, heuristic, lanes, reduction_block, tile_shape
+from agent.passes import PASSES, fma_in_flight, heuristic, lanes, reduction_block, tile_shape
 from codegen.targets import Caches, get_target
 from dojo_ir import DojoError, interpret, load, random_inputs, to_text
 from dojo_ir.derivation import advance, record, verify
 from dojo_ir.library import KERNELS
 from dojo_ir.tree import walk_ops
+from runner.roofline import machine_limits
 
 ROOT = Path(__file__).resolve().parent.parent
 FOREIGN = sorted((ROOT / "tests" / "foreign" / "valid").glob("*.dojo"))
@@ -102,6 +103,25 @@ def test_heuristic_makes_matmul_contiguous_and_one_core_runs_no_threads() -> Non
 ])
 def test_register_tile_shape_loads_least_per_multiply_add(rows, vectors, registers, shape) -> None:
     assert tile_shape(rows, vectors, registers) == shape
+
+
+def test_a_register_tile_keeps_as_many_multiply_adds_in_flight_as_the_core_needs() -> None:
+    """Three rows on AVX2: 3 x 2 accumulators load least per multiply-add, but a core that must keep
+    8 FMAs under way (4 cycles of latency, 2 ports) leaves its units idle a quarter of the time
+    with 6, so the tile widens to 3 x 3; 8 accumulators are enough for 8, not for 10."""
+    assert tile_shape(3, 8, 16) == (3, 2)
+    assert tile_shape(3, 8, 16, in_flight=8) == (3, 3)
+    assert tile_shape(4, 4, 16, in_flight=8) == (4, 2)
+    assert tile_shape(4, 4, 16, in_flight=10) == (4, 3)
+
+
+def test_the_fma_latency_is_measured_on_this_machine_for_the_targets_that_run_here() -> None:
+    native = get_target("native")
+    if not native.runnable():
+        pytest.skip("needs a C compiler for this host")
+    assert fma_in_flight(native) == machine_limits().fma_in_flight >= 2
+    assert fma_in_flight(get_target("arm-neon")) == 1  # under an emulator: no constraint
+    assert fma_in_flight(get_target("cuda")) == 1
 
 
 def test_a_register_tile_shares_its_column_blocks_evenly_over_the_cores() -> None:
