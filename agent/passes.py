@@ -41,7 +41,7 @@ from dojo_ir.moves import Move, apply, find, why_not
 from dojo_ir.moves.set_location import CAPACITY
 from dojo_ir.paths import without_comments
 from dojo_ir.tree import DTYPE_BYTES, Access, Op, Scope
-from runner.roofline import MachineError, machine_limits
+from runner.roofline import measured_machine
 
 from . import methods
 
@@ -378,15 +378,14 @@ def tile_shape(rows: int, vectors: int, registers: int, per_vector: int = 1, cor
 
 def fma_in_flight(target: Target) -> int:
     """The independent multiply-adds a core must have under way to issue one as often as its FMA
-    ports allow (latency x ports), which no vendor table gives here: measured on this machine by
-    `runner.roofline` (once, then cached) for a C target that runs here without an emulator; 1, no
-    constraint, for any other target or when it cannot be measured."""
+    ports allow (latency x ports), which no vendor table gives: this machine's, as `dojo machine`
+    measured it (`runner.roofline`), for a C target that runs here without an emulator; 1, no
+    constraint, for any other target or before the machine has been measured (a pass never starts
+    a measurement: it takes seconds and both cores)."""
     if target.language != "c" or target.launcher or not target.runnable():
         return 1
-    try:
-        return machine_limits().fma_in_flight
-    except MachineError:
-        return 1
+    machine = measured_machine()
+    return 1 if machine is None else machine.fma_in_flight
 
 
 def _register_block(state: _State, target: Target) -> None:

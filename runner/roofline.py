@@ -55,7 +55,7 @@ from dojo_ir.tree import DTYPE_BYTES, Access, Binary, Call, Expr, Name, Num, Ref
 from .files import exclusive, write_atomically
 
 __all__ = ["Machine", "MachineError", "Work", "bound_s", "fma_in_flight", "machine_cache_path",
-           "machine_limits", "machine_record", "work"]
+           "machine_limits", "machine_record", "measured_machine", "work"]
 
 # Bump when the measurement changes, so that caches of the old one are not trusted.
 _VERSION = 2
@@ -472,7 +472,17 @@ def peak_flops(target: Target, cache_dir: Path | None = None) -> float:
 
 def machine_limits(refresh: bool = False, cache_dir: Path | None = None) -> Machine:
     """This machine's limits, measured once and cached in `cache_dir` (default: the build cache directory)."""
-    record = machine_record(refresh, cache_dir)
+    return _machine(machine_record(refresh, cache_dir))
+
+
+def measured_machine(cache_dir: Path | None = None) -> Machine | None:
+    """This machine's limits if they have been measured (`dojo machine`, a benchmark, the language
+    server's bounds), else None: for code that must not start a measurement of its own."""
+    record = _read_record(machine_cache_path(cache_dir))
+    return None if record is None else _machine(record)
+
+
+def _machine(record: dict[str, Any]) -> Machine:
     return Machine(bandwidth_Bps=float(record["bandwidth_Bps"]), peak_flops=float(record["peak_flops"]),
                    cores=int(record["cores"]), cpu=str(record["cpu"]), fma_in_flight=int(record["fma_in_flight"]))
 

@@ -23,6 +23,7 @@ from runner.roofline import (
     machine_cache_path,
     machine_limits,
     machine_record,
+    measured_machine,
     work,
 )
 
@@ -143,6 +144,12 @@ def test_the_fma_probe_measures_latency_and_interval(measured: Path) -> None:
     assert detail["fma_latency_s"] > detail["fma_interval_s"] > 0
     assert machine.fma_in_flight == fma_in_flight(detail["fma_latency_s"], detail["fma_interval_s"])
     assert 2 <= machine.fma_in_flight < detail["chains"]
+
+
+def test_measured_machine_reads_the_record_and_never_measures(measured: Path, tmp_path: Path) -> None:
+    assert measured_machine(measured) == machine_limits(cache_dir=measured)
+    assert measured_machine(tmp_path) is None
+    assert not any(tmp_path.iterdir())  # nothing built, nothing cached
 
 
 def test_fma_in_flight_is_latency_times_ports() -> None:
