@@ -176,6 +176,14 @@ _SOURCE = r"""
 #endif
 
 #define LANES (VBYTES / 4)
+/* keeps a vector in a vector register: the compiler must assume the empty asm changed it */
+#if defined(__x86_64__) || defined(__i386__)
+#define PIN(v) __asm__("" : "+v"(v))
+#elif defined(__aarch64__)
+#define PIN(v) __asm__("" : "+w"(v))
+#else
+#define PIN(v) ((void)0)
+#endif
 typedef float vf __attribute__((vector_size(VBYTES)));
 
 static double now(void)
@@ -270,7 +278,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < fma_repeats; r++) {
         vf x = (vf){} + (float)argc, acc[CHAINS];
         vf m = (vf){} + (1.0f - 1e-7f * (float)argc), add = (vf){} + 1e-6f;
-        __asm__("" : "+v"(m), "+v"(add));
+        PIN(m); PIN(add);
         double t0 = now();
         for (long it = 0; it < iterations; it++) x = x * m + add;
         double t1 = now();
@@ -292,7 +300,7 @@ int main(int argc, char **argv)
         {
             vf acc[CHAINS];
             vf m = (vf){} + (1.0f - 1e-7f * (float)argc), add = (vf){} + 1e-6f;
-            __asm__("" : "+v"(m), "+v"(add));
+            PIN(m); PIN(add);
             for (int j = 0; j < CHAINS; j++)
                 for (int l = 0; l < LANES; l++) acc[j][l] = (float)(j + l + omp_get_thread_num());
             for (long it = 0; it < iterations; it++) {
