@@ -5,6 +5,8 @@ ONNX Runtime and TVM MetaSchedule, each against the roofline bound of this machi
     python bench/library.py --quick               # small shapes, 8 TVM trials: a smoke run
     python bench/library.py --tuned DIR           # PerfDojo's times from DIR/<kernel>.dojo (`dojo tune` results)
     python bench/library.py --kernels softmax relu --peers torch tvm --tvm-trials 64 --scale 4
+    python bench/library.py --kernels conv2 matmul --peers numpy torch onnxruntime --heuristic --rounds 5
+                                                  # the heuristic pass alone, 5 alternating rounds, paired ratios
     python bench/library.py --convergence a.jsonl b.jsonl    # also plot best time against evaluations
 
 The machine's limits are measured again at the start (`runner.roofline.machine_limits(refresh=True)`). Per
@@ -27,6 +29,7 @@ import math
 import multiprocessing
 import os
 import signal
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -161,13 +164,18 @@ def peer_options(peer: str, args: argparse.Namespace) -> dict[str, Any]:
 # -- PerfDojo ---------------------------------------------------------------------------------
 
 
-def perfdojo(kernel: str, spec: Any, tuned_dir: Path | None) -> dict[str, Any]:
-    """PerfDojo's time: the tuned program if there is one, else the spec ("untuned")."""
+def perfdojo(kernel: str, spec: Any, tuned_dir: Path | None, heuristic: bool = False) -> dict[str, Any]:
+    """PerfDojo's time: the heuristic pass's program for this machine (`heuristic`), else the tuned program if
+    there is one, else the spec ("untuned")."""
+    from agent.passes import heuristic as heuristic_pass
+    from dojo_ir.derivation import advance
     from runner.local import LocalRunner
     from runner.measure import measure
 
     program, source = spec, "untuned"
-    if tuned_dir is not None and (tuned_dir / f"{kernel}.dojo").exists():
+    if heuristic:
+        program, source = advance(spec, heuristic_pass(spec, "native")), "heuristic"
+    elif tuned_dir is not None and (tuned_dir / f"{kernel}.dojo").exists():
         path = tuned_dir / f"{kernel}.dojo"
         try:
             program, source = load(path.read_text()), "tuned"
@@ -183,6 +191,48 @@ def perfdojo(kernel: str, spec: Any, tuned_dir: Path | None) -> dict[str, Any]:
         return {"source": source, "failure": f"wrong numbers: max error {result.max_error:.2g}"}
     return {"source": source, "median_s": result.median_s, "min_s": result.min_s, "repeats": result.repeats,
             "compile_s": result.compile_s, "verified": result.verified}
+
+
+def measure_rounds(row: dict[str, Any], kernel: str, spec: Any, shape: dict[str, int], inputs: Any, expected: Any,
+                   args: argparse.Namespace) -> None:
+    """Each peer's and PerfDojo's time into `row`, in `args.rounds` rounds whose order alternates: the median of
+    the rounds' medians, the least minimum, and (`row["paired"]`) PerfDojo's time over the fastest peer's of the
+    same round, one per round."""
+    names = [*args.peers, *([] if args.no_perfdojo else ["PerfDojo"])]
+    medians: dict[str, list[float]] = {name: [] for name in names}
+    minimums: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(args.rounds):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            if name in row["failures"]:
+                continue
+            if name == "PerfDojo":
+                dojo = perfdojo(kernel, spec, args.tuned, args.heuristic)
+                row["perfdojo"] = dojo
+                row["setup"][name] = dojo.get("compile_s", 0.0)
+                ok, median, least, failure = dojo.get("failure") is None, dojo.get("median_s"), dojo.get("min_s"), \
+                    f"{dojo['source']}: {dojo.get('failure')}"
+                shown = f"{format_time(median) if ok else dojo} ({dojo['source']})"
+            else:
+                outcome = run_peer(name, kernel, shape, inputs, expected, args.timeout, peer_options(name, args),
+                                   args.system_malloc)
+                row["setup"][name] = outcome.setup_s
+                ok, median, least, failure = outcome.ok, outcome.median_s, outcome.min_s, outcome.failure or "no time"
+                shown = f"{format_time(median) if ok else failure}  (setup {outcome.setup_s:.1f} s)"
+            if ok:
+                medians[name].append(median)
+                minimums[name].append(least)
+            else:
+                row["failures"][name] = failure
+            print(f"{kernel:11} {name:14} {shown}", flush=True)
+    if args.no_perfdojo:
+        row["perfdojo"] = {"source": "skipped"}
+    for name in names:
+        row["times"][name] = statistics.median(medians[name]) if medians[name] and name not in row["failures"] \
+            else None
+        row["min"][name] = min(minimums[name]) if row["times"][name] is not None else None
+    peers = [name for name in args.peers if row["times"][name] is not None and name in FRAMEWORKS]
+    if row["times"].get("PerfDojo") is not None and peers:
+        row["paired"] = [dojo / min(medians[p][k] for p in peers) for k, dojo in enumerate(medians["PerfDojo"])]
 
 
 # -- the report -------------------------------------------------------------------------------
@@ -277,6 +327,14 @@ def report(rows: list[dict[str, Any]], peers: list[str], machine: Any, meta: dic
     out.append("| " + " | ".join(line) + " |")
     out.append("")
 
+    paired = [row for row in rows if row.get("paired")]
+    if paired:
+        out.append(f"PerfDojo's time over the fastest of {', '.join(p for p in FRAMEWORKS if p in peers)} measured in "
+                   "the same round (paired by round; median and range over the rounds; below 1 PerfDojo is faster): "
+                   + "; ".join(f"{row['kernel']} **{statistics.median(row['paired']):.2f}** "
+                               f"({min(row['paired']):.2f}-{max(row['paired']):.2f}, {len(row['paired'])} rounds)"
+                               for row in paired) + ".")
+        out.append("")
     out.extend(bars(rows, peers))
     if meta["rereads"]:
         out.append("Bounds that count data read more than once: " + "; ".join(meta["rereads"]) + ".")
@@ -373,8 +431,10 @@ def _pyplot():
     return plt
 
 
-def plot_speedups(rows: list[dict[str, Any]], peers: list[str], directory: Path) -> list[Path]:
-    """One bar chart per peer: PerfDojo's speedup over it per kernel, log scale, 1x marked (Figure 1b/14)."""
+def plot_speedups(rows: list[dict[str, Any]], peers: list[str], out: Path) -> list[Path]:
+    """One bar chart per peer: PerfDojo's speedup over it per kernel, log scale, 1x marked (Figure 1b/14); named after
+    the results file `out` (library.md: library_speedup_<peer>.png), beside it."""
+    directory, stem = out.parent, out.stem
     plt = _pyplot()
     written = []
     for peer in peers:
@@ -398,7 +458,7 @@ def plot_speedups(rows: list[dict[str, Any]], peers: list[str], directory: Path)
         for i, s in enumerate(speedups):
             ax.text(i, s, f"{s:.2g}", ha="center", va="bottom" if s >= 1 else "top", fontsize=7)
         fig.tight_layout()
-        path = directory / f"library_speedup_{peer.replace('.', '_')}.png"
+        path = directory / f"{stem}_speedup_{peer.replace('.', '_')}.png"
         fig.savefig(path, dpi=120)
         plt.close(fig)
         written.append(path)
@@ -422,7 +482,7 @@ def plot_speedups(rows: list[dict[str, Any]], peers: list[str], directory: Path)
         ax.set_ylabel("PerfDojo speedup (peer time / PerfDojo time)")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        path = directory / "library_speedup.png"
+        path = directory / f"{stem}_speedup.png"
         fig.savefig(path, dpi=120)
         plt.close(fig)
         written.insert(0, path)
@@ -502,6 +562,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--system-malloc", action="store_true", help="leave glibc's malloc as it is (default: "
                         "the peers reuse freed memory, see reuse_heap)")
     parser.add_argument("--no-perfdojo", action="store_true", help="skip PerfDojo's measurement")
+    parser.add_argument("--heuristic", action="store_true",
+                        help="PerfDojo's program is the heuristic pass's for this machine (no --tuned files)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure every peer and PerfDojo this many times, alternating the order")
     parser.add_argument("--convergence", nargs="*", type=Path, default=[],
                         help="JSONL tuning logs to plot as best time against evaluations")
     parser.add_argument("--out", type=Path, default=RESULTS / "library.md")
@@ -529,28 +593,7 @@ def main(argv: list[str] | None = None) -> int:
         expected = reference(kernel, inputs)
         row = {"kernel": kernel, "shape": shape, "shape_change": change if change != "quick" else "",
                "bound_s": bound, "times": {}, "min": {}, "failures": {}, "setup": {}}
-        for peer in args.peers:
-            outcome = run_peer(peer, kernel, shape, inputs, expected, args.timeout, peer_options(peer, args),
-                               args.system_malloc)
-            row["times"][peer] = outcome.median_s if outcome.ok else None
-            row["min"][peer] = outcome.min_s if outcome.ok else None
-            row["setup"][peer] = outcome.setup_s
-            if not outcome.ok:
-                row["failures"][peer] = outcome.failure or "no time"
-            print(f"{kernel:11} {peer:14} {format_time(outcome.median_s) if outcome.ok else outcome.failure}"
-                  f"  (setup {outcome.setup_s:.1f} s)", flush=True)
-        if args.no_perfdojo:
-            row["perfdojo"] = {"source": "skipped"}
-        else:
-            dojo = perfdojo(kernel, spec, args.tuned)
-            row["perfdojo"] = dojo
-            row["times"]["PerfDojo"] = dojo.get("median_s")
-            row["min"]["PerfDojo"] = dojo.get("min_s")
-            row["setup"]["PerfDojo"] = dojo.get("compile_s", 0.0)
-            if dojo.get("failure"):
-                row["failures"]["PerfDojo"] = f"{dojo['source']}: {dojo['failure']}"
-            print(f"{kernel:11} {'PerfDojo':14} {format_time(dojo.get('median_s')) if dojo.get('median_s') else dojo}"
-                  f" ({dojo['source']})", flush=True)
+        measure_rounds(row, kernel, spec, shape, inputs, expected, args)
         rows.append(row)
         del inputs, expected
 
@@ -577,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     text = report(rows, args.peers, machine, meta)
-    plots = [] if args.no_perfdojo else plot_speedups(rows, args.peers, args.out.parent)
+    plots = [] if args.no_perfdojo else plot_speedups(rows, args.peers, args.out)
     if args.convergence:
         plots.append(plot_convergence({p.stem: p for p in args.convergence},
                                       args.out.parent / "library_convergence.png"))
