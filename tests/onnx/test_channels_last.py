@@ -17,6 +17,7 @@ from dojo_ir.analysis import Analysis
 from dojo_ir.derivation import advance
 from libgen.onnx.channels_last import blocked_weights, fits
 from libgen.onnx.nodes import Value
+from libgen.onnx.ops.linear import Window
 from runner.local import LocalRunner
 from tests.onnx.single_node import check_node, normal
 
@@ -42,15 +43,25 @@ def test_conv_with_channels_as_lanes_agrees_with_onnx_runtime(x, w, attributes, 
     assert "+= x" in text and "* wb[" in text and "t[" in text
 
 
-@pytest.mark.parametrize("w, group, constant, taken", [
-    ((16, 8, 3, 3), 1, True, True),
-    ((15, 8, 3, 3), 1, True, False),  # under a vector of AVX-512's lanes
-    ((64, 1, 3, 3), 64, True, False),  # depthwise: one channel a group
-    ((16, 8, 3, 3), 1, False, False),  # weights known only when the model runs: not blocked at import
+def _window(row: int) -> Window:
+    """A 3x3 window, stride 1, pads 1, over a square image of `row` positions a row."""
+    return Window((row, row), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (row, row))
+
+
+@pytest.mark.parametrize("w, group, constant, row, taken", [
+    ((16, 8, 3, 3), 1, True, 7, True),
+    ((64, 64, 3, 3), 1, True, 28, True),
+    ((64, 64, 3, 3), 1, True, 32, False),  # two vectors of AVX-512 a row: the direct form's are full
+    ((15, 8, 3, 3), 1, True, 7, False),  # under a vector of AVX-512's lanes
+    ((64, 1, 3, 3), 64, True, 7, False),  # depthwise: one channel a group
+    ((16, 8, 3, 3), 1, False, 7, False),  # weights known only when the model runs: not blocked at import
+    ((136, 34, 1, 1), 4, True, 14, True),  # 34 a group, no block divides: a tail, fine at short rows
+    ((136, 34, 1, 1), 4, True, 28, False),
 ])
-def test_fits_constant_weights_with_a_vector_of_channels_a_group(w, group: int, constant: bool, taken: bool) -> None:
+def test_fits_constant_weights_with_a_vector_of_channels_a_group_and_short_rows(w, group: int, constant: bool,
+                                                                                row: int, taken: bool) -> None:
     weights = normal(*w) if constant else None
-    assert fits(Value("w", "f32", w, weights), group) is taken
+    assert fits(Value("w", "f32", w, weights), group, _window(row)) is taken
 
 
 def test_blocked_weights_put_each_block_of_output_channels_innermost() -> None:
@@ -112,3 +123,13 @@ def test_heuristic_schedules_compute_what_the_spec_does(target: str) -> None:
         spec = load(_kernel(x, w, attributes))
         result = runner.run(advance(spec, heuristic(spec, get_target(target))), target=target, repeats=1, spec=spec)
         assert result.error is None and result.verified, (w, result.error)
+
+
+def test_heuristic_vectorizes_the_pass_back_along_rows_the_lanes_do_not_divide() -> None:
+    """The write back to y's layout, alone to write y, along rows of 28 for AVX2 (3 vectors of 8 and
+    a tail of 4): the split that leaves the tail renames the operation (`y` becomes `y#1`), which
+    the pass once lost track of and left the line scalar."""
+    spec = load(_kernel((1, 16, 28, 28), (32, 16, 1, 1), {}))
+    program = advance(spec, heuristic(spec, get_target("x86-avx2")))
+    back = [s for s in Analysis(program).sites if s.op.target.array == "y"]
+    assert [(s.chain[-1].size, s.chain[-1].kind) for s in back] == [(8, "v"), (4, "v")]

@@ -264,7 +264,7 @@ def conv(node: Node) -> Kernel:
     win = checked(window(node, x.shape[2:], node.attr("kernel_shape", w.shape[2:])), y)
     kernel = Kernel("conv")
     fast = winograd.fits(x, w, win, group)
-    lanes = not fast and channels_last.fits(w, group)
+    lanes = not fast and channels_last.fits(w, group, win)
     xs = kernel.input(x, "x")
     ws = winograd.weights(kernel, node.name, w) if fast else channels_last.weights(kernel, node.name, w, group) \
         if lanes else kernel.input(w, "w")
