@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from onnx import helper, numpy_helper
 
 from agent.passes import heuristic
 from codegen.targets import get_target
@@ -16,10 +17,12 @@ from dojo_ir import load
 from dojo_ir.analysis import Analysis
 from dojo_ir.derivation import advance
 from libgen.onnx.channels_last import blocked_weights, fits
+from libgen.onnx.importer import import_model
 from libgen.onnx.nodes import Value
 from libgen.onnx.ops.linear import Window
 from runner.local import LocalRunner
 from tests.onnx.single_node import check_node, normal
+from tests.onnx.test_importer import assert_calls_match_ort, model, tensor
 
 CASES = [
     # x, w, attributes
@@ -133,3 +136,22 @@ def test_heuristic_vectorizes_the_pass_back_along_rows_the_lanes_do_not_divide()
     program = advance(spec, heuristic(spec, get_target("x86-avx2")))
     back = [s for s in Analysis(program).sites if s.op.target.array == "y"]
     assert [(s.chain[-1].size, s.chain[-1].kind) for s in back] == [(8, "v"), (4, "v")]
+
+
+def test_fusing_a_bias_residual_and_relu_writes_them_into_the_pass_back() -> None:
+    """A ResNet block's end: a stride-1 1x1 Conv with its bias, the Add of the shortcut and the Relu
+    are one kernel; the sum starts in the pass back to y's layout (the product's accumulator is the
+    blocked temporary), and the Relu reads it there."""
+    rng = np.random.default_rng(7)
+    weights = numpy_helper.from_array((rng.standard_normal((32, 16, 1, 1)) / 4).astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"),
+             helper.make_node("Add", ["c", "shortcut"], ["s"], name="add"),
+             helper.make_node("Relu", ["s"], ["y"], name="relu")]
+    proto = model(nodes, [tensor("x", [1, 16, 7, 7]), tensor("shortcut", [1, 32, 7, 7])], [tensor("y", [1, 32, 7, 7])],
+                  [weights, bias])
+    imported = import_model(proto, fuse=True)
+    assert [c.nodes for c in imported.calls] == [("conv", "add", "relu")]
+    (text,) = imported.kernels.values()
+    assert "* wb[" in text and text.count("+= ") == 1
+    assert_calls_match_ort(imported, proto, {"x": normal(1, 16, 7, 7), "shortcut": normal(1, 32, 7, 7, seed=1)})
