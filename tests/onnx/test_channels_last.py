@@ -155,3 +155,22 @@ def test_fusing_a_bias_residual_and_relu_writes_them_into_the_pass_back() -> Non
     (text,) = imported.kernels.values()
     assert "* wb[" in text and text.count("+= ") == 1
     assert_calls_match_ort(imported, proto, {"x": normal(1, 16, 7, 7), "shortcut": normal(1, 32, 7, 7, seed=1)})
+
+
+def test_weights_with_a_batchnorm_folded_in_are_blocked_from_the_models_constants() -> None:
+    """Conv (stride 2, 32 channels) then BatchNormalization: the folded weights are what is blocked,
+    one derived constant that names the model's constants it comes from."""
+    rng = np.random.default_rng(8)
+    inits = [numpy_helper.from_array((rng.standard_normal((32, 8, 3, 3)) / 8).astype(np.float32), "w")]
+    stats = {"scale": 1 + 0.2 * rng.standard_normal(32), "shift": 0.3 * rng.standard_normal(32),
+             "mean": 0.3 * rng.standard_normal(32), "var": 0.5 + rng.random(32)}
+    inits += [numpy_helper.from_array(value.astype(np.float32), name) for name, value in stats.items()]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("BatchNormalization", ["c", *stats], ["y"], name="bn")]
+    proto = model(nodes, [tensor("x", [1, 8, 9, 9])], [tensor("y", [1, 32, 5, 5])], inits)
+    imported = import_model(proto)
+    (call,) = imported.calls
+    assert call.nodes == ("conv", "bn") and "* wb[" in imported.kernels[call.kernel]
+    blocked = [d for name, d in imported.constants.items() if name.endswith(".channels_last")]
+    assert len(blocked) == 1 and set(blocked[0].sources) == {"w", "scale", "shift", "mean", "var"}
+    assert_calls_match_ort(imported, proto, {"x": normal(1, 8, 9, 9)})
