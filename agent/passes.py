@@ -645,8 +645,13 @@ def _vectorize_innermost(state: _State, label: str, target: Target, block_tail: 
         return None
     if size < 2 * width:
         return False if state.play(f"vectorize_scope(op={label}, depth={depth})") else None
-    if not state.play_all([f"split_scope(op={label}, depth={depth}, factor={width})",
-                           f"vectorize_scope(op={label}, depth={depth + 1})"]):
+    mark = state.mark()
+    if not state.play(f"split_scope(op={label}, depth={depth}, factor={width})"):
+        return None
+    # with a tail, an operation that was alone to write its array is one of two: `y` is now `y#1`
+    label = state.analysis.first_site(site.path[:depth + 1]).label
+    if not state.play(f"vectorize_scope(op={label}, depth={depth + 1})"):
+        state.undo(mark)
         return None
     if size % width:
         tail = _tail_label(state, label, depth)
@@ -702,7 +707,10 @@ def _swap_alone(state: _State, label: str, depth: int) -> bool:
 
 def _isolate(state: _State, label: str) -> bool:
     """Give the operation `label` a loop nest of its own, innermost scope first."""
-    depths = len(state.analysis.by_label[label].chain)
+    site = state.analysis.by_label.get(label)
+    if site is None:  # renamed by a split (`_vectorize_innermost`)
+        return False
+    depths = len(site.chain)
     return all(_alone(state, label, depth) for depth in reversed(range(depths)))
 
 

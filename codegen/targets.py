@@ -22,7 +22,12 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-_C_FLAGS = ("-O3", "-std=c11", "-fno-math-errno", "-fwrapv", "-ffp-contract=fast", "-fopenmp")
+# -fno-predictive-commoning: in a register tile of output positions whose window taps overlap (a 3x3
+# convolution at stride 2 reads x[2r + k]), gcc carries the reused inputs from one tap to the next
+# through the stack and spills in the innermost loop: ResNet's 3x3 stride 2 at 28x28 ran 1.25 ms with
+# it, 0.83 ms without; the library's kernels are unchanged (conv2, matmul, conv1, relu_ffn within 3%)
+_C_FLAGS = ("-O3", "-std=c11", "-fno-math-errno", "-fwrapv", "-ffp-contract=fast", "-fno-predictive-commoning",
+            "-fopenmp")
 _LIBS = ("-lm",)
 _CPUINFO = Path("/proc/cpuinfo")
 

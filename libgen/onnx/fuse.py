@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 
-from .nodes import Array, Kernel, Node, Value, loops
+from .nodes import Array, Kernel, Node, Value, broadcast, loops
 
 ELEMENTWISE = frozenset({
     "Abs", "Add", "Cast", "CastLike", "Celu", "Clip", "Div", "Elu", "Erf", "Exp", "Gelu", "HardSigmoid", "HardSwish",
@@ -278,10 +278,14 @@ def _fold(kernel: Kernel, temporary: Array) -> bool:
         return False
     reader, rank = lines[r], len(temporary.shape)
     target = next(a for a in kernel.arrays if a.name == reader["array"])
-    whole = f"{temporary.name}[{','.join(loops(rank))}]"
+    # the element at each iteration, read along a dimension of one element at 0 as `broadcast` writes it
+    # (a batch of one image) or by its loop
+    wholes = {f"{temporary.name}[{','.join(index)}]" for index in (loops(rank), broadcast(temporary.shape,
+                                                                                        loops(rank)))}
     expression = reader["expression"]
-    addend = expression.removeprefix(f"{whole} + ") if expression.startswith(f"{whole} + ") else \
-        expression.removesuffix(f" + {whole}") if expression.endswith(f" + {whole}") else None
+    addend = next((expression.removeprefix(f"{whole} + ") if expression.startswith(f"{whole} + ") else
+                   expression.removesuffix(f" + {whole}") for whole in wholes
+                   if expression.startswith(f"{whole} + ") or expression.endswith(f" + {whole}")), None)
     if (addend is None or reader["assign"] != "=" or _sizes(reader) != temporary.shape
             or _indices(reader["indices"]) != loops(rank) or (target.shape, target.dtype) != (temporary.shape,
                                                                                              temporary.dtype)

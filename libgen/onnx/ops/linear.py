@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .. import winograd
+from .. import channels_last, winograd
 from ..nodes import Array, Kernel, Nest, Node, Unsupported, Value, affine, broadcast, broadcast_shape, number
 from ..registry import operator
 from .layout import expect
@@ -264,14 +264,19 @@ def conv(node: Node) -> Kernel:
     win = checked(window(node, x.shape[2:], node.attr("kernel_shape", w.shape[2:])), y)
     kernel = Kernel("conv")
     fast = winograd.fits(x, w, win, group)
+    lanes = not fast and channels_last.fits(w, group, win)
     xs = kernel.input(x, "x")
-    ws = winograd.weights(kernel, node.name, w) if fast else kernel.input(w, "w")
+    ws = winograd.weights(kernel, node.name, w) if fast else channels_last.weights(kernel, node.name, w, group) \
+        if lanes else kernel.input(w, "w")
     bs = kernel.input(b, "b") if b is not None else None
     ys = kernel.output(y)
     if fast:
         winograd.conv_rows(kernel, padded_input(kernel, xs, win, "0", winograd.extents(win)), ws, bs, ys, win)
         return kernel
     source = padded_input(kernel, xs, win, "0")
+    if lanes:
+        channels_last.conv(kernel, source, ws, bs, ys, win)
+        return kernel
     init = Nest()
     out = init.all(y.shape)
     kernel.loop(init.sizes, ys.at(out), "=", bs.at([out[1]]) if bs else "0")

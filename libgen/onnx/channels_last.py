@@ -1,0 +1,121 @@
+"""A convolution whose vector lanes are its output channels: strided, pointwise, grouped ones, the
+stem, and small images.
+
+    if channels_last.fits(w, group, win):     # the lines of y = Conv(x, w, b), x padded as `win` needs:
+        wb = channels_last.weights(kernel, node.name, w, group)
+        channels_last.conv(kernel, padded_input(kernel, xs, win, "0"), wb, bs, ys, win)
+
+With G groups of M output and C input channels each, and the output channels cut into blocks of
+B (`block`):
+
+    wb[g, j, c, k, l]          = w[g*M + j*B + l, c, k]                    (at import: derived)
+    t[n, g*J + j, o, l]        = b[(g*J + j)*B + l]                 (J = M / B blocks a group)
+    t[n, g*J + j, o, l]       += xpad[n, g*C + c, o*s + k*d] * wb[g, j, c, k, l]
+    y[n, i*B + l, o]           = t[n, i, o, l]
+
+The direct form (ops/linear.py) makes an output row its vector: a stride-2 convolution then reads
+its input with gaps along the row, and a 7x7 image's row fills 7 of AVX-512's 16 lanes. Here every
+read of the input is one element, broadcast, whatever the stride and the image's size, the
+weights are read contiguously, and the lanes count output channels, a multiple of the vector in
+most models: the heuristic pass's register tile is output positions by vectors of channels, as in
+ONNX Runtime's NCHWc convolutions (MLAS) and oneDNN's blocked ones. The output is accumulated in a
+temporary with the channels innermost and written back to y's layout once, a small pass beside the
+product's multiply-adds: the temporary is blocked as the weights are (ONNX Runtime's NCHWc layout),
+so that the pass back reads one block of channels, which stays in cache, at a time.
+
+The weights are blocked by B channels so that the vectors that one step of the tile reads are
+adjacent and a block's are one stream through memory for the prefetcher, where with the channels
+whole they are a whole row of channels apart.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .nodes import Array, Derived, Kernel, Nest, Value, affine
+
+if TYPE_CHECKING:
+    from .ops.linear import Window
+
+MIN_CHANNELS = 16  # output channels per group: fewer make a vector narrower than AVX-512's
+BLOCKS = (32, 16, 8)  # channels per block of the weights, the widest that divides a group's
+LONG_ROW = 32  # output positions along a row from which the direct form's vectors are full: it keeps them
+SHORT_ROW = 16  # and under which even a group of channels that no block divides does better here
+
+
+def fits(w: Value, group: int, win: Window) -> bool:
+    """Whether the Conv by `w` in `group` groups over `win` is computed this way: constant weights
+    (blocked at import), enough output channels per group to fill vectors, and output rows short
+    enough that the direct form's vectors along them run part empty (7 or 14 positions, of 16
+    lanes), or with gaps in their reads (a stride). A group of channels that no block divides
+    leaves a tail of a few lanes in every tile: then only rows shorter than one vector do better.
+    Measured with the heuristic pass on an AVX-512 Xeon (bench/conv_shapes.py): at rows of 56 and
+    more the two forms are even or the direct one ahead (a 7x7 stem of 3 channels: 1.1 against
+    1.4 ms), at 28 or fewer this one ahead (ResNet's 1x1 at 28x28: 0.42 against 0.51 ms)."""
+    per_out, row = w.shape[0] // group, win.outputs[-1]
+    return w.constant is not None and w.rank >= 3 and per_out >= MIN_CHANNELS and row < LONG_ROW \
+        and (per_out % BLOCKS[-1] == 0 or row < SHORT_ROW)
+
+
+def block(channels: int) -> int:
+    """Output channels per block of the weights: the widest of BLOCKS that divides `channels`, or
+    all of them, whose last vector is then a tail of fewer lanes."""
+    return next((b for b in BLOCKS if channels % b == 0), channels)
+
+
+def blocked_weights(w: np.ndarray, group: int) -> np.ndarray:
+    """wb[g, j, c, k..., l] = w[g*M + j*B + l, c, k...] for M = w's channels per group, B = block(M)."""
+    channels_out, channels_in, *taps = w.shape
+    per_out = channels_out // group
+    size = block(per_out)
+    grouped = w.reshape(group, per_out // size, size, channels_in, *taps)
+    return np.ascontiguousarray(np.moveaxis(grouped, 2, -1))
+
+
+def weights(kernel: Kernel, node_name: str, w: Value, group: int) -> Array:
+    """Declare the blocked weights of the constant `w` as a derived input of `kernel`."""
+    value = blocked_weights(w.constant, group)
+    kernel.notes.append("Output channels as the vector lanes: `wb` is the weights blocked by output channels at "
+                        "import (model.json's `constants`).")
+    return kernel.derived_input(Value(f"{w.name}.channels_last", w.dtype, value.shape), Derived(
+        value, (w.name,), f"{node_name}'s weights blocked by {value.shape[-1]} output channels"), "wb")
+
+
+def conv(kernel: Kernel, source: Array, wb: Array, bs: Array | None, ys: Array, win: Window) -> None:
+    """The lines of `ys` = Conv(x, w, `bs`) over `win`: `source` is x padded as `win` needs, `wb`
+    w's blocked weights (`weights`)."""
+    batch = ys.shape[0]
+    group, blocks, per_in = wb.shape[:3]
+    size = wb.shape[-1]
+    # a block's positions and lanes in one dimension, so that the pass back reads a row of positions
+    # as a vector (strided: one lane of each); the format vectorises along the last dimension only
+    t = kernel.temporary("t", ys.dtype, (batch, group * blocks, math.prod(win.outputs) * size))
+    steps = [math.prod(win.outputs[d + 1:]) * size for d in range(len(win.outputs))]
+
+    def at(n: str, block_index: str, positions: list[str], lane: str) -> str:
+        return t.at([n, block_index, affine([*zip(positions, steps, strict=True), (lane, 1)])])
+
+    init = Nest()
+    n, block_index = init.over(batch), init.over(group * blocks)
+    positions, lane = init.all(win.outputs), init.over(size)
+    channel = affine([(block_index, size), (lane, 1)])
+    kernel.loop(init.sizes, at(n, block_index, positions, lane), "=", bs.at([channel]) if bs else "0")
+    line = Nest()
+    n, g, j = line.over(batch), line.over(group), line.over(blocks)
+    positions, lane = line.all(win.outputs), line.over(size)
+    c = line.over(per_in)
+    taps = line.all(win.kernel)
+    kernel.loop(line.sizes, at(n, affine([(g, blocks), (j, 1)]), positions, lane), "+=",
+                f"{source.at([n, affine([(g, per_in), (c, 1)]), *win.reads(positions, taps)])} * "
+                f"{wb.at([g, j, c, *taps, lane])}")
+    # back along the output's rows, each row's block of channels (in the first-level cache) read whole
+    line = Nest()
+    n, block_index = line.over(batch), line.over(group * blocks)
+    rows = line.all(win.outputs[:-1])
+    lane = line.over(size)
+    positions = [*rows, line.over(win.outputs[-1])]
+    kernel.loop(line.sizes, ys.at([n, affine([(block_index, size), (lane, 1)]), *positions]), "=",
+                at(n, block_index, positions, lane))
