@@ -3,6 +3,7 @@
     runner = ModelRunner("encoder.onnx", "build/encoder_lib")
     outputs = runner.run({"x": x})                 # the graph's outputs by name
     runner.placement      # node name -> "library", "onnxruntime", "view", "constant" or "unused"
+    outputs, seconds = runner.run_timed({"x": x})  # and each step's time (libgen/onnx/profile.py)
 
 The model is imported in memory as `dojo import` would write it (`import_model`), fused or not as
 asked, or else as the import whose kernels the library holds more of. A call of the
@@ -16,7 +17,8 @@ session per run of consecutive such nodes, built once, with as many intra-op thr
 process has cores. Every value of static shape has a 64-byte aligned buffer, planned once, that
 the library's kernels and ONNX Runtime (through an IOBinding) write in place, so a run only copies
 the inputs in and the outputs out; values whose lives do not overlap share one (`_Pool`). `run`
-is not reentrant: one thread at a time.
+is not reentrant: one thread at a time. `run_timed` is the same run, each step timed: a loop of its
+own, so that `run` pays nothing for profiling.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,6 +60,15 @@ class Info:
     shape: Shape | None
 
 
+@dataclass(frozen=True)
+class Step:
+    """One step of a run: a call of the library's `kernel`, or (kernel None) an ONNX Runtime
+    session; `nodes` are the ONNX nodes it computes."""
+
+    kernel: str | None
+    nodes: tuple[str, ...]
+
+
 @dataclass
 class _Unit:
     """A step of the run before it is planned: one call of the import or one node."""
@@ -73,6 +85,7 @@ class _LibraryStep:
     library: Library
     kernel: Any  # runtime.Kernel
     pointers: list[int]  # the buffers of its inputs and outputs: a kernel's arrays have static shapes
+    nodes: tuple[str, ...] = ()  # the ONNX nodes the call computes
 
     def run(self, env: dict[str, np.ndarray]) -> None:
         self.library.call(self.kernel, self.pointers)
@@ -85,6 +98,7 @@ class _SessionStep:
     late_inputs: list[str]
     late_outputs: list[str]  # bound to ONNX Runtime's own memory, in binding order after the placed ones
     placed: int  # how many outputs are bound to buffers of ours
+    nodes: tuple[str, ...] = ()  # the ONNX nodes the session runs
 
     def run(self, env: dict[str, np.ndarray]) -> None:
         given = [np.ascontiguousarray(env[name]) for name in self.late_inputs]  # alive while the session runs
@@ -105,8 +119,10 @@ class ModelRunner:
         model = read_model(model_path)
         imported, held = import_in_memory(model_path, fuse, hashes)
         self.model = model_path.name
+        self.imported = imported  # the import the run follows: its kernels' specs and calls
         self._model, self._library, self._nodes = model, library, list(model.graph.node)
         names = [entry["name"] for entry in imported.nodes]  # one per node, in the graph's order
+        self._names = names
         self.infos = value_infos(model)
         self.inputs = model_inputs(model, self.infos, self.model)
         self.outputs = [value.name for value in model.graph.output]
@@ -169,7 +185,8 @@ class ModelRunner:
             return []
         if unit.kind == "library":
             pointers = [self._buffer(name).ctypes.data for name in unit.inputs + unit.outputs]
-            return [_LibraryStep(self._library, self._library.kernels[unit.kernel], pointers)]
+            return [_LibraryStep(self._library, self._library.kernels[unit.kernel], pointers,
+                                 tuple(self._names[i] for i in unit.nodes))]
         return [] if unit.kind == "constant" else [self._bound(unit)]
 
     def _session(self, unit: _Unit, constants: Mapping[str, np.ndarray]) -> Any:
@@ -213,7 +230,8 @@ class ModelRunner:
             if name not in self._fixed:
                 binding.bind_output(name, "cpu")
                 late_outputs.append(name)
-        return _SessionStep(session, binding, late_inputs, late_outputs, placed)
+        return _SessionStep(session, binding, late_inputs, late_outputs, placed,
+                            tuple(self._names[i] for i in unit.nodes))
 
     # -- running ------------------------------------------------------------------------------------
 
@@ -227,6 +245,32 @@ class ModelRunner:
         for step in self._steps:
             step.run(env)
         return {name: np.array(env[name]) for name in self.outputs}
+
+    @property
+    def steps(self) -> list[Step]:
+        """What the run does, in order: each library call and each ONNX Runtime session."""
+        return [Step(step.kernel.name, step.nodes) if isinstance(step, _LibraryStep) else Step(None, step.nodes)
+                for step in self._steps]
+
+    def run_timed(self, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[float]]:
+        """`run`'s outputs and the seconds each of its parts took: copying the inputs in, each
+        step of `steps` in order, and copying the outputs out."""
+        self.check(feeds)
+        clock = time.perf_counter
+        seconds = []
+        env = dict(self._fixed)
+        began = clock()
+        for name in self.inputs:
+            np.copyto(self._fixed[name], feeds[name])
+        seconds.append(clock() - began)
+        for step in self._steps:
+            began = clock()
+            step.run(env)
+            seconds.append(clock() - began)
+        began = clock()
+        outputs = {name: np.array(env[name]) for name in self.outputs}
+        seconds.append(clock() - began)
+        return outputs, seconds
 
     def check(self, feeds: Mapping[str, Any]) -> None:
         """Raise RunError unless `feeds` gives every input of the model at its dtype and shape."""
