@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import keyword
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,7 +37,7 @@ from typing import Any
 from agent.evaluate import read_log, replay_moves, text_hash
 from agent.methods import GRAPH, METHODS, SEARCHES
 from agent.tune import TuneProgress, tune
-from codegen.targets import Target, get_target
+from codegen.targets import get_target
 from dojo_ir import Program, to_text
 from runner.files import write_atomically
 from runner.local import LocalRunner, iterations
@@ -199,7 +199,7 @@ def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budg
             emit(BuildEvent(spec.name, "peers", f"{spec.name}: " + ", ".join(
                 f"{peer} {format_time(time_s)}" for peer, time_s in times)))
 
-    manifest = _write_library(plan, name, chosen, kernels, records)
+    manifest = write_library(out, name, kernels, records, target)
     emit(BuildEvent("", "library", f"wrote {out / manifest['shared_library']}, {out / manifest['header']}, "
                                    f"{out / manifest['module']} and {out / 'manifest.json'} "
                                    f"({len(kernels)} kernels)"))
@@ -250,25 +250,49 @@ def _tune_all(plan: _Plan, pending: Sequence[KernelSpec], runner: Runner | None,
     return finished
 
 
-def _write_library(plan: _Plan, name: str, target: Target, kernels: Sequence[KernelSpec],
-                   records: dict[str, Tuned]) -> dict[str, Any]:
-    """The C units, the shared library, the header, the Python module and the manifest."""
+def tune_kernel(spec: KernelSpec, out: Path, *, method: str, budget: int, target: str = "native",
+                graph: str = GRAPH, seed: int = 0, min_time_s: float = MIN_TIME_S, time_limit_s: float | None = None,
+                checkpoint: Path | None = None, runner: Runner | None = None,
+                on_event: Callable[[BuildEvent], None] | None = None,
+                should_stop: Callable[[], bool] | None = None) -> Tuned:
+    """Tune one kernel into the library directory `out` as `build_library` does (its program,
+    record and log under `out`), going on from its log when there is one of the same start: tuned
+    again with a larger `budget`, it spends only the difference. Raises KeyboardInterrupt when
+    `should_stop` stopped it (its evaluations stay in the log)."""
+    plan = _Plan(out, method, budget, target, graph if method in SEARCHES else "", seed, min_time_s, time_limit_s,
+                 checkpoint)
+    for directory in (out / "kernels", out / "logs"):
+        directory.mkdir(parents=True, exist_ok=True)
+    try:
+        return plan.tune(spec, runner if runner is not None else LocalRunner(), on_event or (lambda _: None),
+                         should_stop or (lambda: False))
+    except _Stopped:
+        raise KeyboardInterrupt from None
+
+
+def write_library(out: Path, name: str, kernels: Sequence[KernelSpec], records: Mapping[str, Tuned],
+                  target: str = "native") -> dict[str, Any]:
+    """The library `name` in `out` of `kernels`, each as its record's moves make it: the C units,
+    the shared library, the header, the Python module and the manifest, which it returns."""
+    chosen = get_target(target)
+    for directory in (out / "kernels", out / "src"):
+        directory.mkdir(parents=True, exist_ok=True)
     prefix = name.upper()
     entries, sources = [], []
     for spec in kernels:
         record = records[spec.name]
         program, _ = replay_moves(spec.program, record.moves)
         symbol = f"{name}_{spec.name}"
-        source = plan.out / "src" / f"{spec.name}.c"
-        write_atomically(source, csource.unit(program, symbol, prefix, target).encode())
+        source = out / "src" / f"{spec.name}.c"
+        write_atomically(source, csource.unit(program, symbol, prefix, chosen).encode())
         sources.append(source)
         description = spec.program.comments[0].lstrip("#").strip() if spec.program.comments else spec.origin
         entries.append(entry(record, program, symbol, description, f"kernels/{spec.name}.dojo"))
     shared = f"lib{name}.so"
-    csource.compile_library(sources, target, plan.out / shared)
-    write_atomically(plan.out / f"{name}.h", csource.header(name, prefix, entries).encode())
-    write_atomically(plan.out / f"{name}.py", module_text().encode())
-    manifest = {"format": FORMAT, "library": name, "target": plan.target, "shared_library": shared,
+    csource.compile_library(sources, chosen, out / shared)
+    write_atomically(out / f"{name}.h", csource.header(name, prefix, entries).encode())
+    write_atomically(out / f"{name}.py", module_text().encode())
+    manifest = {"format": FORMAT, "library": name, "target": target, "shared_library": shared,
                 "header": f"{name}.h", "module": f"{name}.py", "kernels": entries}
-    write_json(plan.out / "manifest.json", manifest)
+    write_json(out / "manifest.json", manifest)
     return manifest
