@@ -55,11 +55,13 @@ from .pymodule import module_text
 @dataclass(frozen=True)
 class BuildEvent:
     """What a build tells as it goes: `kind` is "skipped", "resuming", "tuning", "progress",
-    "tuned", "peers" or "library"; `message` says it for people."""
+    "tuned", "peers" or "library"; `message` says it for people; `evaluations` is the kernel's
+    count so far (its log's included) in "progress"."""
 
     kernel: str
     kind: str
     message: str
+    evaluations: int | None = None
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ class _Plan:
         def progress(p: TuneProgress) -> None:
             speedup = "" if p.speedup is None else f" ({p.speedup:.2f}x)"
             emit(BuildEvent(spec.name, "progress", f"{spec.name}: {p.evaluations}/{p.budget} evaluations, "
-                            f"best {format_time(p.best_s)}{speedup}"))
+                            f"best {format_time(p.best_s)}{speedup}", p.evaluations))
 
         result = tune(spec.program, self.method, self.budget, spec_path=f"{spec.name}.spec.dojo",
                       graph=self.graph or GRAPH, target=self.target, runner=runner, time_limit_s=self.time_limit_s,

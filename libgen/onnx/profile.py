@@ -14,9 +14,11 @@ cost). A kernel's flops are its spec's (`runner.roofline.work`, per call, times 
 its roofline fraction is the time the roofline allows its calls (`bound_s` at this machine's
 `machine_limits()`) over the time they took: 1 is as fast as the machine allows.
 
-`profile_in_subprocess` profiles in a fresh process: a process loads a shared library of one path
-once, so a library rebuilt since (as `dojo model tune` does between rounds) must be profiled from
-another process. `python -m libgen.onnx.profile MODEL LIBDIR` prints the JSON it reads.
+`profile_models` profiles the model on several libraries, their runs taken in turn, so that the
+machine's other work weighs on each alike (their ratio is paired by run). `profile_in_subprocess`
+profiles in a fresh process: a process loads a shared library of one path once, so a library
+rebuilt since (as `dojo model tune` does between rounds) must be profiled from another process.
+`python -m libgen.onnx.profile MODEL LIBDIR...` prints the JSON it reads.
 """
 
 from __future__ import annotations
@@ -34,10 +36,12 @@ from typing import Any
 
 import numpy as np
 
+from codegen.build import default_cache_dir
+from runner.local import timing_lock
 from runner.result import format_time
 from runner.roofline import Machine, MachineError, bound_s, machine_limits, work
 
-from .run import Info, ModelRunner, RunError
+from .run import CORES, Info, ModelRunner, RunError, cores
 
 DEFAULT_REPEATS = 20
 _ROOT = Path(__file__).resolve().parents[2]  # the directory holding the packages, for the child process
@@ -122,6 +126,13 @@ def profile_model(runner: ModelRunner, feeds: Mapping[str, np.ndarray], repeats:
                   machine: Machine | None = None) -> ModelProfile:
     """Run the model `repeats` times (after a warm-up run) and say where its time went; see the
     module's docstring. `machine` defaults to this machine's measured limits."""
+    return profile_models([runner], feeds, repeats, machine)[0]
+
+
+def profile_models(runners: Sequence[ModelRunner], feeds: Mapping[str, np.ndarray], repeats: int = DEFAULT_REPEATS,
+                   machine: Machine | None = None) -> list[ModelProfile]:
+    """`profile_model` of each runner (a model on several libraries), their runs taken in turn, so
+    that what else the machine does weighs on each alike."""
     if repeats < 1:
         raise ValueError(f"the repeats must be at least 1, not {repeats}")
     if machine is None:
@@ -129,9 +140,20 @@ def profile_model(runner: ModelRunner, feeds: Mapping[str, np.ndarray], repeats:
             machine = machine_limits()
         except MachineError:
             machine = None  # no roofline: the times stand alone
+    runs: list[list[list[float]]] = [[] for _ in runners]
+    # as the runner times a kernel: no other timing of this project on these cores meanwhile
+    with timing_lock(default_cache_dir(), CORES or range(cores())):
+        for runner in runners:
+            runner.run_timed(feeds)
+        for _ in range(repeats):
+            for taken, runner in zip(runs, runners, strict=True):
+                taken.append(runner.run_timed(feeds)[1])
+    return [_profile(runner, taken, machine) for runner, taken in zip(runners, runs, strict=True)]
+
+
+def _profile(runner: ModelRunner, runs: Sequence[Sequence[float]], machine: Machine | None) -> ModelProfile:
+    """The profile of `runs`, each the seconds of `run_timed`'s parts."""
     steps = runner.steps
-    runner.run_timed(feeds)
-    runs = [runner.run_timed(feeds)[1] for _ in range(repeats)]
     kernel_steps: dict[str, list[int]] = {}
     for position, step in enumerate(steps):
         if step.kernel is not None:
@@ -154,7 +176,7 @@ def profile_model(runner: ModelRunner, feeds: Mapping[str, np.ndarray], repeats:
         kernels.append(KernelTime(name, nodes, calls, kernel_s[name], share(kernel_s[name]), spec.flops * calls,
                                   bound))
     parts = [PartTime(steps[p].nodes, seconds, share(seconds)) for p, seconds in session_s.items()]
-    return ModelProfile(runner.model, repeats, tuple(sorted(kernels, key=lambda k: -k.time_s)),
+    return ModelProfile(runner.model, len(runs), tuple(sorted(kernels, key=lambda k: -k.time_s)),
                         tuple(sorted(parts, key=lambda p: -p.time_s)), PartTime((), copies_s, share(copies_s)),
                         total_s, statistics.median(sum(run) for run in runs))
 
@@ -207,36 +229,37 @@ def format_profile(report: ModelProfile) -> str:
 
 # -- in another process -----------------------------------------------------------------------------
 
-def profile_in_subprocess(model: Path, library: Path, fuse: bool | None, repeats: int = DEFAULT_REPEATS,
-                          seed: int = 0) -> ModelProfile:
-    """`profile_model` of the model on the library as it is on disk now, in a fresh process, on
+def profile_in_subprocess(model: Path, libraries: Sequence[Path], fuse: bool | None, repeats: int = DEFAULT_REPEATS,
+                          seed: int = 0) -> list[ModelProfile]:
+    """`profile_models` of the model on each library as it is on disk now, in a fresh process, on
     random inputs of `seed`. Raises RunError with the child's message when it fails."""
-    command = [sys.executable, "-m", "libgen.onnx.profile", str(model), str(library), "--repeats", str(repeats),
+    command = [sys.executable, "-m", "libgen.onnx.profile", str(model), *map(str, libraries), "--repeats", str(repeats),
                "--seed", str(seed), *([] if fuse is None else ["--fuse" if fuse else "--no-fuse"])]
     path = os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))
     done = subprocess.run(command, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": path})
     if done.returncode != 0:
         raise RunError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else
                        f"profiling {model} failed (exit {done.returncode})")
-    return ModelProfile.from_json(json.loads(done.stdout))
+    return [ModelProfile.from_json(data) for data in json.loads(done.stdout)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m libgen.onnx.profile",
-                                     description="profile MODEL on LIBDIR and print the profile as JSON")
+                                     description="profile MODEL on each LIBDIR, their runs in turn, and print "
+                                     "the profiles as a JSON list")
     parser.add_argument("model", type=Path)
-    parser.add_argument("library", type=Path)
+    parser.add_argument("libraries", type=Path, nargs="+", metavar="LIBDIR")
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fuse", action=argparse.BooleanOptionalAction, default=None)
     args = parser.parse_args(argv)
     try:
-        runner = ModelRunner(args.model, args.library, fuse=args.fuse)
-        report = profile_model(runner, random_feeds(runner.inputs, args.seed), args.repeats)
+        runners = [ModelRunner(args.model, library, fuse=args.fuse) for library in args.libraries]
+        reports = profile_models(runners, random_feeds(runners[0].inputs, args.seed), args.repeats)
     except (RunError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(json.dumps(report.to_json()))
+    print(json.dumps([report.to_json() for report in reports]))
     return 0
 
 

@@ -1,5 +1,6 @@
 """`dojo model run`: run an ONNX model on a tuned library, ONNX Runtime doing the nodes it lacks
-(libgen/onnx/run.py); `dojo model profile`: where its time goes (libgen/onnx/profile.py)."""
+(libgen/onnx/run.py); `dojo model profile`: where its time goes (libgen/onnx/profile.py); `dojo
+model tune`: its library, the budget spent where the time goes (libgen/onnx/model_tune.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from runner.files import read_arrays, write_arrays
 
+from .model_tune import add_tune_parser
 from .shared import CommandError
 
 
@@ -42,6 +44,7 @@ def add_to(commands: argparse._SubParsersAction) -> None:
     add_fuse_options(profile)
     profile.add_argument("--json", action="store_true", help="the profile as JSON")
     profile.set_defaults(run=cmd_model_profile)
+    add_tune_parser(model_commands)
 
 
 def add_fuse_options(parser: argparse.ArgumentParser) -> None:
