@@ -72,6 +72,11 @@ class BuildResult:
     skipped: tuple[str, ...]
 
 
+def search_log(out: Path, kernel: str, method: str, graph: str = "") -> Path:
+    """The log of `kernel`'s evaluations by `method` (on `graph`, for a search) in the library `out`."""
+    return out / "logs" / f"{kernel}.{method}.{graph if method in SEARCHES else 'pass'}.jsonl"
+
+
 class _Stopped(Exception):
     """A kernel's tuning was stopped before it finished: nothing is recorded for it."""
 
@@ -106,7 +111,7 @@ class _Plan:
         return self.out / "kernels" / f"{spec.name}.json"
 
     def log_path(self, spec: KernelSpec) -> Path:
-        return self.out / "logs" / f"{spec.name}.{self.method}.{self.graph or 'pass'}.jsonl"
+        return search_log(self.out, spec.name, self.method, self.graph)
 
     def done(self, spec: KernelSpec) -> Tuned | None:
         """The kernel's record when it can be reused as it is."""

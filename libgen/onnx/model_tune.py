@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.evaluate import replay_moves, text_hash
+from agent.evaluate import read_log, replay_moves, text_hash
 from agent.methods import GRAPH, METHODS, SEARCHES
 from dojo_ir import to_text
 from dojo_ir.derivation import record
@@ -50,7 +50,7 @@ from runner.files import write_atomically
 from runner.measure import Runner
 from runner.result import format_time
 
-from ..build import BuildEvent, build_library, tune_kernel, write_library
+from ..build import BuildEvent, build_library, search_log, tune_kernel, write_library
 from ..cluster import Cluster
 from ..kernels import KernelSpec, LibraryError
 from ..manifest import Tuned, read_json, read_tuned, write_json
@@ -224,8 +224,18 @@ class _Tune:
             own = self.best[spec.name].time_s
             calls = next((k for k in self.initial.kernels if k.kernel == spec.name), None)
             self.tasks.append(Task(spec.name, calls.time_s if calls else 0.0, own or 0.0, (own or 0.0,),
-                                   done=calls is None or not own))
+                                   inherited=self.inherit(spec), done=calls is None or not own))
         self.save()
+
+    def inherit(self, spec: KernelSpec) -> int:
+        """Start the search's log of `spec` with the heuristic pass's evaluations, which the search
+        (whose graph starts from the pass's moves) then need not make again; how many it got."""
+        pass_log = search_log(self.out, spec.name, "heuristic")
+        log = search_log(self.out, spec.name, self.options.method, self.options.graph)
+        if log == pass_log or not pass_log.exists():
+            return 0
+        shutil.copy2(pass_log, log)
+        return sum(1 for evaluation in read_log(log)[1] if evaluation.index > 0)
 
     def reprofile(self) -> None:
         assert self.latest is not None
@@ -390,13 +400,13 @@ def _round(tune: _Tune, i: int, grant: int, runner: Runner | None, remaining: fl
 
     def forward(event: BuildEvent) -> None:
         if event.kind == "progress" and event.evaluations is not None:
-            spent = before + max(0, event.evaluations - task.evaluations)
+            spent = before + max(0, event.evaluations - task.inherited - task.evaluations)
             tune.emit(TuneEvent("progress", event.message, spent, tune.budget, time.monotonic() - tune.started,
                                 tune.time_limit_s))
 
     options = tune.options
     try:
-        return tune_kernel(spec, tune.out, method=options.method, budget=task.evaluations + grant,
+        return tune_kernel(spec, tune.out, method=options.method, budget=task.inherited + task.evaluations + grant,
                            target=options.target, graph=options.graph, seed=options.seed,
                            min_time_s=options.min_time_s, time_limit_s=remaining, checkpoint=options.checkpoint,
                            runner=runner, on_event=forward, should_stop=should_stop)
@@ -407,7 +417,7 @@ def _round(tune: _Tune, i: int, grant: int, runner: Runner | None, remaining: fl
 def _absorb(tune: _Tune, i: int, tuned: Tuned) -> None:
     """Task `i` after its round gave `tuned`."""
     task = tune.tasks[i]
-    spent = max(0, tuned.evaluations - task.evaluations)
+    spent = max(0, tuned.evaluations - task.inherited - task.evaluations)
     tune.spent += spent
     if tuned.time_s is not None and tuned.time_s < task.best_s:
         tune.best[task.kernel] = tuned

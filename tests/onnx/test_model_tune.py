@@ -50,10 +50,13 @@ def profiled(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def search_evaluations(out: Path) -> dict[str, list[str]]:
-    """Each kernel's search evaluations after evaluation 0, as hashes, in its log's order."""
+    """Each kernel's search evaluations after the heuristic pass's (evaluations 0 and 1, which
+    its log starts with), as hashes, in its log's order."""
     found = {}
     for log in sorted((out / "logs").glob("*.sa.heuristic.jsonl")):
-        found[log.name.split(".")[0]] = [e.hash for e in read_log(log)[1] if e.index > 0]
+        evaluations = read_log(log)[1]
+        assert [e.index for e in evaluations[:2]] == [0, 1]
+        found[log.name.split(".")[0]] = [e.hash for e in evaluations if e.index > 1]
     return found
 
 
