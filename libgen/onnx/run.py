@@ -119,10 +119,8 @@ class ModelRunner:
         model = read_model(model_path)
         imported, held = import_in_memory(model_path, fuse, hashes)
         self.model = model_path.name
-        self.imported = imported  # the import the run follows: its kernels' specs and calls
         self._model, self._library, self._nodes = model, library, list(model.graph.node)
         names = [entry["name"] for entry in imported.nodes]  # one per node, in the graph's order
-        self._names = names
         self.infos = value_infos(model)
         self.inputs = model_inputs(model, self.infos, self.model)
         self.outputs = [value.name for value in model.graph.output]
@@ -144,6 +142,7 @@ class ModelRunner:
             self.placement.update((names[i], unit.kind) for i in unit.nodes)
         self._fixed = {name: _aligned_copy(value) for name, value in self._constants.items()}
         self._fixed.update((name, aligned_empty(info.dtype, info.shape)) for name, info in self.inputs.items())
+        self.imported, self._names = imported, names  # the import the run follows, its nodes' names
         self._pool = _Pool()
         self._pooled: dict[str, np.ndarray] = {}  # a value made by a step -> the pool's buffer holding it
         merged = _merged(units, self.outputs)
