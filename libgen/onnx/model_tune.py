@@ -20,7 +20,9 @@
    of programs.
 5. DIR's library is rebuilt of each kernel's best program, and the model profiled on it and on
    the heuristic library (kept in DIR/heuristic/), their runs in turn so that the machine's other
-   work weighs on both alike; the summary (the model's time before and after, and where the
+   work weighs on both alike. A kernel whose tuned program took longer in the model than its
+   heuristic one (the rounds timed it alone) gets the heuristic one back, and the two are
+   profiled again. The summary (the model's time before and after, and where the
    budget went) is printed and written to DIR/tune.txt.
 
 DIR/tune.json holds the state after each round: an interrupted tune, run again with `resume`,
@@ -118,6 +120,7 @@ class TuneResult:
     budget: int | None
     elapsed_s: float
     summary: str
+    reverted: tuple[str, ...] = ()  # kernels whose tuned program ran slower in the model: the heuristic's kept
 
     @property
     def speedup(self) -> float:
@@ -140,7 +143,8 @@ class _Tune:
     initial: ModelProfile | None = None  # the heuristic library's, which the rounds started from
     latest: ModelProfile | None = None
     tasks: list[Task] = field(default_factory=list)
-    best: dict[str, Tuned] = field(default_factory=dict)
+    best: dict[str, Tuned] = field(default_factory=dict)  # each kernel's program as its last round chose it
+    heuristic: dict[str, Tuned] = field(default_factory=dict)  # each kernel's heuristic program
     rounds: list[dict[str, Any]] = field(default_factory=list)
     spent: int = 0
     elapsed_before_s: float = 0.0  # what the interrupted runs of this tune took
@@ -162,7 +166,8 @@ class _Tune:
         assert self.initial is not None and self.latest is not None
         state = {"format": 1, "identity": self.identity, "initial": self.initial.to_json(),
                  "latest": self.latest.to_json(), "tasks": [asdict(task) for task in self.tasks],
-                 "best": {name: tuned.to_json() for name, tuned in self.best.items()}, "rounds": self.rounds,
+                 "best": {name: tuned.to_json() for name, tuned in self.best.items()},
+                 "heuristic": {name: tuned.to_json() for name, tuned in self.heuristic.items()}, "rounds": self.rounds,
                  "spent": self.spent, "elapsed_s": round(self.elapsed_s, 3)}
         write_json(self.out / STATE, {**state, **({"summary": summary} if summary else {})})
 
@@ -172,6 +177,7 @@ class _Tune:
             self.latest = ModelProfile.from_json(state["latest"])
             self.tasks = [Task(**{**task, "history": tuple(task["history"])}) for task in state["tasks"]]
             self.best = {name: Tuned.from_json(data) for name, data in state["best"].items()}
+            self.heuristic = {name: Tuned.from_json(data) for name, data in state["heuristic"].items()}
             self.rounds, self.spent = list(state["rounds"]), int(state["spent"])
             self.elapsed_before_s = float(state["elapsed_s"])
         except (KeyError, TypeError, ValueError) as error:
@@ -200,8 +206,8 @@ class _Tune:
             write_json(self.out / "kernels" / f"{name}.json", tuned.to_json())
         write_library(self.out, self.options.name, self.specs, self.best, self.options.target)
 
-    def heuristic(self, runner: Runner | None, cluster: Cluster | None,
-                  should_stop: Callable[[], bool] | None) -> None:
+    def build_heuristic(self, runner: Runner | None, cluster: Cluster | None,
+                        should_stop: Callable[[], bool] | None) -> None:
         """Stages 2 and 3: the heuristic library and its profile, which the tasks start from."""
         self.tell("stage", f"{self.model.name}: {len(self.specs)} kernels, the heuristic pass on each")
 
@@ -213,6 +219,7 @@ class _Tune:
                       target=self.options.target, min_time_s=self.options.min_time_s, runner=runner, cluster=cluster,
                       on_event=forward, should_stop=should_stop)
         self.best = {spec.name: _record(self.out, spec) for spec in self.specs}
+        self.heuristic = dict(self.best)
         manifest = read_json(self.out / "manifest.json")
         kept = self.out / HEURISTIC
         kept.mkdir(exist_ok=True)
@@ -318,7 +325,7 @@ def tune_model(model: Path, out: Path, *, budget: int | None = None, time_limit_
     out.mkdir(parents=True, exist_ok=True)
     write_import(imported, out / IMPORT)
     if state is None:
-        tune.heuristic(runner, cluster, should_stop)
+        tune.build_heuristic(runner, cluster, should_stop)
     _rounds(tune, runner, cluster, should_stop)
     return _finish(tune)
 
@@ -419,7 +426,7 @@ def _absorb(tune: _Tune, i: int, tuned: Tuned) -> None:
     task = tune.tasks[i]
     spent = max(0, tuned.evaluations - task.inherited - task.evaluations)
     tune.spent += spent
-    if tuned.time_s is not None and tuned.time_s < task.best_s:
+    if tuned.time_s is not None:  # the round chose it over the others it measured at the same time
         tune.best[task.kernel] = tuned
     tune.tasks[i] = task = task.after_round(tuned.time_s, spent)
     tune.rounds.append({"kernel": task.kernel, "evaluations": spent, "best_s": task.best_s})
@@ -433,16 +440,32 @@ def _finish(tune: _Tune) -> TuneResult:
     tune.tell("stage", f"{tune.model.name}: writing the library of the best programs")
     tune.write()
     after, before = tune.profile(tune.out / HEURISTIC)
+    reverted = _slower(tune, before, after)
+    if reverted:
+        tune.tell("stage", f"{tune.model.name}: {', '.join(reverted)} ran slower in the model than the heuristic "
+                           "pass's program: keeping that")
+        tune.best.update((name, tune.heuristic[name]) for name in reverted)
+        tune.write()
+        after, before = tune.profile(tune.out / HEURISTIC)
     tune.latest = after
-    summary = _summary(tune, before, after)
+    summary = _summary(tune, before, after, reverted)
     write_atomically(tune.out / SUMMARY, (summary + "\n").encode())
     tune.save({"before_s": before.total_s, "after_s": after.total_s, "spent": tune.spent,
                "budget": tune.budget, "elapsed_s": round(tune.elapsed_s, 3)})
     return TuneResult(tune.out, before, after, tuple(tune.tasks), tune.spent, tune.budget, tune.elapsed_s,
-                      summary)
+                      summary, tuple(reverted))
 
 
-def _summary(tune: _Tune, before: ModelProfile, after: ModelProfile) -> str:
+def _slower(tune: _Tune, before: ModelProfile, after: ModelProfile) -> list[str]:
+    """The kernels whose tuned program took longer in the model than the heuristic pass's, the
+    two libraries' runs taken in turn: the rounds measured each kernel alone, the model is what
+    counts."""
+    then = {k.kernel: k.time_s for k in before.kernels}
+    return [k.kernel for k in after.kernels if tune.best[k.kernel].moves != tune.heuristic[k.kernel].moves
+            and k.kernel in then and k.time_s > then[k.kernel]]
+
+
+def _summary(tune: _Tune, before: ModelProfile, after: ModelProfile, reverted: Sequence[str]) -> str:
     assert tune.initial is not None
     options = tune.options
     how = options.method + (f" ({options.graph} graph)" if options.method in SEARCHES else "")
@@ -466,5 +489,8 @@ def _summary(tune: _Tune, before: ModelProfile, after: ModelProfile) -> str:
                         for c, (cell, w) in enumerate(zip(row, widths, strict=True))) for row in rows]
     rest = before.total_s - sum(k.time_s for k in before.kernels), after.total_s - sum(k.time_s for k in after.kernels)
     lines.append(f"ONNX Runtime and copies: {format_time(rest[0])} -> {format_time(rest[1])}")
+    if reverted:
+        lines.append(f"kept the heuristic pass's program of {', '.join(reverted)}: the tuned one ran slower in the "
+                     "model")
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ budget goes does not depend on the machine's load; one runs the whole command fo
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +108,28 @@ def test_a_larger_budget_resumed_spends_only_the_difference(model: Path, tmp_pat
     tune_model(model, out, budget=4, options=OPTIONS, runner=FakeRunner())
     result = tune_model(model, out, budget=8, options=OPTIONS, runner=FakeRunner(), resume=True)
     assert result.spent == sum(map(len, search_evaluations(out).values())) == 8
+
+
+def test_a_kernel_slower_in_the_model_than_its_heuristic_program_gets_that_back(
+        model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def tuned_slower(model: Path, libraries: list[Path], *args: object) -> list[ModelProfile]:
+        profiles = fake_profile(model, libraries, *args)
+        if len(libraries) == 2:  # the tuned library, then the heuristic one
+            slower = tuple(replace(k, time_s=2 * k.time_s) for k in profiles[0].kernels)
+            profiles[0] = replace(profiles[0], kernels=slower)
+        return profiles
+
+    monkeypatch.setattr(model_tune, "profile_in_subprocess", tuned_slower)
+    out = tmp_path / "lib"
+    result = tune_model(model, out, budget=10, options=OPTIONS, runner=FakeRunner())
+    tuned = {t.kernel for t in result.tasks if t.rounds}
+    assert result.reverted and set(result.reverted) <= tuned
+    # every kernel the rounds changed ran slower: the library is the heuristic one again
+    state = json.loads((out / "tune.json").read_text())
+    manifest = {k["name"]: k for k in json.loads((out / "manifest.json").read_text())["kernels"]}
+    for kernel in SHARES:
+        assert state["best"][kernel]["moves"] == state["heuristic"][kernel]["moves"] == manifest[kernel]["moves"]
+    assert "kept the heuristic pass's program of" in result.summary
 
 
 def test_a_directory_holding_a_tune_is_refused_without_resume_or_with_other_options(
