@@ -44,6 +44,10 @@ from runner.roofline import Machine, MachineError, bound_s, machine_limits, work
 from .run import CORES, Info, ModelRunner, RunError, cores
 
 DEFAULT_REPEATS = 20
+# OpenMP's threads bound one per core, as the runner binds a timed binary's (runner/local.py): unbound,
+# a thread waiting for work can share a core with the one doing it while another process holds the
+# other core, and a kernel's call then takes a scheduler tick (milliseconds instead of microseconds)
+BOUND_THREADS = {"OMP_PROC_BIND": "true", "OMP_PLACES": "cores"}
 _ROOT = Path(__file__).resolve().parents[2]  # the directory holding the packages, for the child process
 
 
@@ -120,6 +124,13 @@ def random_feeds(inputs: Mapping[str, Info], seed: int) -> dict[str, np.ndarray]
         else:
             feeds[name] = rng.integers(0, 2, info.shape).astype(info.dtype)
     return feeds
+
+
+def bind_openmp_threads() -> None:
+    """Bind the threads of every OpenMP runtime this process loads from now on (`BOUND_THREADS`,
+    unless the environment sets them): call it before the first library loads."""
+    for name, value in BOUND_THREADS.items():
+        os.environ.setdefault(name, value)
 
 
 def profile_model(runner: ModelRunner, feeds: Mapping[str, np.ndarray], repeats: int = DEFAULT_REPEATS,
@@ -236,7 +247,8 @@ def profile_in_subprocess(model: Path, libraries: Sequence[Path], fuse: bool | N
     command = [sys.executable, "-m", "libgen.onnx.profile", str(model), *map(str, libraries), "--repeats", str(repeats),
                "--seed", str(seed), *([] if fuse is None else ["--fuse" if fuse else "--no-fuse"])]
     path = os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))
-    done = subprocess.run(command, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": path})
+    done = subprocess.run(command, capture_output=True, text=True,
+                          env=BOUND_THREADS | os.environ | {"PYTHONPATH": path})
     if done.returncode != 0:
         raise RunError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else
                        f"profiling {model} failed (exit {done.returncode})")
@@ -253,6 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fuse", action=argparse.BooleanOptionalAction, default=None)
     args = parser.parse_args(argv)
+    bind_openmp_threads()
     try:
         runners = [ModelRunner(args.model, library, fuse=args.fuse) for library in args.libraries]
         reports = profile_models(runners, random_feeds(runners[0].inputs, args.seed), args.repeats)

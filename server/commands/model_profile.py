@@ -46,8 +46,10 @@ def read_feeds(path: str, command: str) -> dict[str, np.ndarray]:
 
 def cmd_model_profile(args: argparse.Namespace) -> int:
     # imported here: onnx and ONNX Runtime load only for this command
-    from libgen.onnx.profile import format_profile, profile_model, random_feeds
+    from libgen.onnx.profile import bind_openmp_threads, format_profile, profile_model, random_feeds
     from libgen.onnx.run import ModelRunner, RunError
+
+    bind_openmp_threads()
 
     if args.repeats < 1:
         raise CommandError(f"dojo model profile: error: --repeats must be at least 1, not {args.repeats}")
