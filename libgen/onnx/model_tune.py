@@ -350,7 +350,7 @@ def _rounds(tune: _Tune, runner: Runner | None, cluster: Cluster | None,
         left = None if tune.budget is None else tune.budget - tune.spent
         remaining = tune.remaining_s()
         chosen = next_tasks(tune.tasks, parallel)
-        if not chosen or left == 0 or (remaining is not None and remaining <= 0):
+        if not chosen or (left is not None and left <= 0) or (remaining is not None and remaining <= 0):
             return
         for i, tuned in _run_rounds(tune, _grants(chosen, tune.options.round_size, left), runner, remaining,
                                     should_stop).items():

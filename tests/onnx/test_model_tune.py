@@ -132,6 +132,40 @@ def test_a_kernel_slower_in_the_model_than_its_heuristic_program_gets_that_back(
     assert "kept the heuristic pass's program of" in result.summary
 
 
+def test_a_smaller_budget_resumed_starts_no_round(model: Path, tmp_path: Path, profiled: None) -> None:
+    out = tmp_path / "lib"
+    tune_model(model, out, budget=4, options=OPTIONS, runner=FakeRunner())
+    result = tune_model(model, out, budget=2, options=OPTIONS, runner=FakeRunner(), resume=True)
+    assert result.spent == 4 and "4 of 2 evaluations" in result.summary
+
+
+def test_no_round_starts_after_the_time_limit(model: Path, tmp_path: Path, profiled: None) -> None:
+    out = tmp_path / "lib"
+    result = tune_model(model, out, time_limit_s=1e-3, options=OPTIONS, runner=FakeRunner())
+    assert result.spent == 0 and result.budget is None
+    assert json.loads((out / "tune.json").read_text())["rounds"] == []
+    assert (out / "manifest.json").exists() and "0 evaluations in 0 rounds" in result.summary
+
+
+def test_the_progress_is_a_bar_on_a_terminal_and_lines_otherwise(capsys: pytest.CaptureFixture[str]) -> None:
+    from libgen.onnx.model_tune import TuneEvent
+    from server.commands.model_tune import _progress
+
+    events = [TuneEvent("progress", "matmul: 3/8 evaluations", 6, 24, 10.0, None),
+              TuneEvent("round", "matmul: 8 evaluations, best 35 µs", 8, None, 20.0, 40.0),
+              TuneEvent("progress", "relu: 1/8 evaluations", 9, None, 20.0, 40.0)]
+    shown = []
+    for tty in (True, False):
+        show = _progress(tty)
+        for event in events:
+            show(event)
+        shown.append(capsys.readouterr().err)
+    terminal, plain = shown
+    assert "\r[######..................] 6/24 matmul: 3/8 evaluations" in terminal
+    assert "\r[############............] 20/40 s relu: 1/8 evaluations" in terminal
+    assert plain == "matmul: 8 evaluations, best 35 µs\n"  # no progress lines
+
+
 def test_a_directory_holding_a_tune_is_refused_without_resume_or_with_other_options(
         model: Path, tmp_path: Path, profiled: None) -> None:
     out = tmp_path / "lib"
