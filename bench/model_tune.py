@@ -1,0 +1,135 @@
+"""`dojo model tune` on the example models: the model's time on the heuristic library and on the
+tuned one, and what profiling costs a run.
+
+    python bench/model_tune.py                 # examples/onnx_models.py's encoder layer and conv block
+    python bench/model_tune.py --quick         # the tests' sizes: a smoke run (report in build/model_tune/)
+
+For each model (imported with --fuse): `dojo model tune MODEL --out DIR --budget N --fuse` (timed;
+a DIR already tuned is resumed, which spends nothing more), then in each of `--processes` fresh
+processes the model is profiled on the tuned library and on the heuristic one that the tune kept
+(DIR/heuristic/), their runs taken in turn (`python -m libgen.onnx.profile`): the ratio of their
+model times is paired by run within a process. Then, in this process, `ModelRunner.run` against
+`run_timed` on the tuned encoder, in alternating rounds: the cost of timing every step. Writes
+bench/results/model_tune.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+from bench.sections import bind_openmp_threads, machine  # noqa: E402
+
+bind_openmp_threads()
+
+import onnx  # noqa: E402
+import onnx_models  # noqa: E402
+
+from libgen.onnx.profile import profile_in_subprocess, random_feeds  # noqa: E402
+from libgen.onnx.run import ModelRunner  # noqa: E402
+from libgen.peers import machine_lock  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+MODELS = ("encoder", "conv_block")
+
+
+def tune(name: str, out: Path, quick: bool, budget: int) -> tuple[Path, Path, float, str]:
+    """The model saved in OUT and tuned into OUT/NAME: its path, the library, the seconds the tune
+    took and its summary."""
+    model = out / f"{name}.onnx"
+    onnx.save(onnx_models.MODELS[name](**(onnx_models.SMALL[name] if quick else {})), str(model))
+    library = out / name
+    command = [sys.executable, "-m", "server.cli", "model", "tune", str(model), "--out", str(library), "--budget",
+               str(budget), "--fuse", *(["--resume"] if (library / "tune.json").exists() else [])]
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr}")
+    return model, library, time.perf_counter() - started, (library / "tune.txt").read_text()
+
+
+def compared(model: Path, library: Path, processes: int, repeats: int) -> list[tuple[float, float]]:
+    """(heuristic, tuned) model times in each process, their runs in turn (each process holds the
+    runner's timing locks while it times)."""
+    pairs = []
+    for _ in range(processes):
+        tuned, heuristic = profile_in_subprocess(model, [library, library / "heuristic"], True, repeats)
+        pairs.append((heuristic.total_s, tuned.total_s))
+    return pairs
+
+
+def overhead(model: Path, library: Path, rounds: int, repeats: int) -> tuple[float, float, float]:
+    """Median call of `run` and of `run_timed`, and the median over rounds of their ratio."""
+    runner = ModelRunner(model, library, fuse=True)
+    feeds = random_feeds(runner.inputs, 0)
+    calls = {"run": lambda: runner.run(feeds), "run_timed": lambda: runner.run_timed(feeds)}
+    times: dict[str, list[list[float]]] = {name: [] for name in calls}
+    with machine_lock():
+        for call in calls.values():
+            call()
+        for round_ in range(rounds):
+            for name in (list(calls) if round_ % 2 == 0 else list(calls)[::-1]):
+                taken = []
+                for _ in range(repeats):
+                    started = time.perf_counter()
+                    calls[name]()
+                    taken.append(time.perf_counter() - started)
+                times[name].append(taken)
+    per_round = {name: [statistics.median(r) for r in rounds_] for name, rounds_ in times.items()}
+    return (statistics.median(t for r in times["run"] for t in r),
+            statistics.median(t for r in times["run_timed"] for t in r),
+            statistics.median(t / p for t, p in zip(per_round["run_timed"], per_round["run"], strict=True)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the tests' small sizes: a smoke run")
+    parser.add_argument("--budget", type=int, default=48, help="evaluations of each model's tune (default: 48)")
+    parser.add_argument("--processes", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=50, help="runs of each profile (default: 50)")
+    parser.add_argument("--out", type=Path, help="where the models and libraries go (default: build/model_tune)")
+    args = parser.parse_args()
+    out = args.out or ROOT / "build" / "model_tune"
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# `dojo model tune` on the example models", "",
+             f"`python bench/model_tune.py{' --quick' if args.quick else ''}` on {machine()}; the machine was shared "
+             "with other work. Each model of examples/onnx_models.py at "
+             f"{'the small sizes of the tests' if args.quick else 'its default sizes'}, imported with `--fuse`, "
+             "tuned by `dojo "
+             f"model tune --budget {args.budget}` (simulated annealing on the heuristic graph, rounds of 8 "
+             f"evaluations), then profiled on the tuned library and on the heuristic one in each of "
+             f"{args.processes} fresh processes, {args.repeats} runs of each taken in turn (the model's time: the "
+             "sum of its steps' medians).", "",
+             "| model | tune | heuristic library | tuned | speedup (range over the processes) |",
+             "|---|---|---|---|---|"]
+    summaries, tuned = [], {}
+    for name in MODELS:
+        model, library, seconds, summary = tune(name, out, args.quick, args.budget)
+        tuned[name] = model, library
+        pairs = compared(model, library, args.processes, args.repeats)
+        ratios = sorted(h / t for h, t in pairs)
+        lines.append(f"| {name} | {seconds:.0f} s | {statistics.median(h for h, _ in pairs) * 1e3:.3f} ms | "
+                     f"{statistics.median(t for _, t in pairs) * 1e3:.3f} ms | **{statistics.median(ratios):.2f}x** "
+                     f"({ratios[0]:.2f}-{ratios[-1]:.2f}) |")
+        summaries += ["", f"`{name}`'s tune summary (DIR/tune.txt):", "", "```", summary.rstrip(), "```"]
+    run_s, timed_s, ratio = overhead(*tuned["encoder"], rounds=10, repeats=20)
+    lines += ["", "What timing every step costs (`run_timed` against `run`, the tuned encoder, 10 alternating rounds "
+              f"of 20 calls in one process): run {run_s * 1e3:.3f} ms, run_timed {timed_s * 1e3:.3f} ms, "
+              f"**{ratio:.3f}x** paired by round.", *summaries]
+    report = out / "model_tune.md" if args.quick else RESULTS / "model_tune.md"
+    report.write_text("\n".join(lines) + "\n")
+    print(report.read_text(), end="")
+    print(f"load average {os.getloadavg()[0]:.1f} at the end", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
