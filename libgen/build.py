@@ -91,8 +91,9 @@ def _resumable(log: Path, start: Program) -> bool:
 
 
 @dataclass(frozen=True)
-class _Plan:
-    """How every kernel of one build is tuned."""
+class TuningPlan:
+    """How kernels are tuned into the library `out` (every kernel of one build); `graph` is ""
+    for a method that searches none (`of` makes it so)."""
 
     out: Path
     method: str
@@ -103,6 +104,13 @@ class _Plan:
     min_time_s: float
     time_limit_s: float | None
     checkpoint: Path | None
+
+    @classmethod
+    def of(cls, out: Path, method: str, budget: int, *, target: str = "native", graph: str = GRAPH, seed: int = 0,
+           min_time_s: float = MIN_TIME_S, time_limit_s: float | None = None,
+           checkpoint: Path | None = None) -> TuningPlan:
+        return cls(out, method, budget, target, graph if method in SEARCHES else "", seed, min_time_s, time_limit_s,
+                   checkpoint)
 
     def key(self, spec: KernelSpec) -> tuple[str, str, str, int, str, int]:
         return (text_hash(spec.program), self.target, self.method, self.budget, self.graph, self.seed)
@@ -180,8 +188,8 @@ def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budg
         raise LibraryError(f"{out}: error: not a directory")
     for directory in (out, out / "kernels", out / "logs", out / "src"):
         directory.mkdir(parents=True, exist_ok=True)
-    plan = _Plan(out, method, budget, target, graph if method in SEARCHES else "", seed, min_time_s, time_limit_s,
-                 checkpoint)
+    plan = TuningPlan.of(out, method, budget, target=target, graph=graph, seed=seed, min_time_s=min_time_s,
+                         time_limit_s=time_limit_s, checkpoint=checkpoint)
     emit = on_event or (lambda _: None)
 
     records: dict[str, Tuned] = {}
@@ -214,7 +222,7 @@ def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budg
                                                                              if s not in pending))
 
 
-def _tune_all(plan: _Plan, pending: Sequence[KernelSpec], runner: Runner | None, cluster: Cluster | None,
+def _tune_all(plan: TuningPlan, pending: Sequence[KernelSpec], runner: Runner | None, cluster: Cluster | None,
               workers: int | None, emit: Callable[[BuildEvent], None],
               should_stop: Callable[[], bool] | None) -> dict[str, Tuned]:
     """Tune every pending kernel, several at once on a cluster; on an interruption, stop every
@@ -257,17 +265,14 @@ def _tune_all(plan: _Plan, pending: Sequence[KernelSpec], runner: Runner | None,
     return finished
 
 
-def tune_kernel(spec: KernelSpec, out: Path, *, method: str, budget: int, target: str = "native",
-                graph: str = GRAPH, seed: int = 0, min_time_s: float = MIN_TIME_S, time_limit_s: float | None = None,
-                checkpoint: Path | None = None, runner: Runner | None = None,
+def tune_kernel(spec: KernelSpec, plan: TuningPlan, runner: Runner | None = None,
                 on_event: Callable[[BuildEvent], None] | None = None,
                 should_stop: Callable[[], bool] | None = None) -> Tuned:
-    """Tune one kernel into the library directory `out` as `build_library` does (its program,
-    record and log under `out`), going on from its log when there is one of the same start: tuned
-    again with a larger `budget`, it spends only the difference. Raises KeyboardInterrupt when
-    `should_stop` stopped it (its evaluations stay in the log)."""
-    plan = _Plan(out, method, budget, target, graph if method in SEARCHES else "", seed, min_time_s, time_limit_s,
-                 checkpoint)
+    """Tune one kernel into the library directory `plan.out` as `build_library` does (its
+    program, record and log there), going on from its log when there is one of the same start:
+    tuned again with a larger budget, it spends only the difference. Raises KeyboardInterrupt
+    when `should_stop` stopped it (its evaluations stay in the log)."""
+    out = plan.out
     for directory in (out / "kernels", out / "logs"):
         directory.mkdir(parents=True, exist_ok=True)
     try:

@@ -52,7 +52,7 @@ from runner.files import write_atomically
 from runner.measure import Runner
 from runner.result import format_time
 
-from ..build import BuildEvent, build_library, search_log, tune_kernel, write_library
+from ..build import BuildEvent, TuningPlan, build_library, search_log, tune_kernel, write_library
 from ..cluster import Cluster
 from ..kernels import KernelSpec, LibraryError
 from ..manifest import Tuned, read_json, read_tuned, write_json
@@ -413,10 +413,10 @@ def _round(tune: _Tune, i: int, grant: int, runner: Runner | None, remaining: fl
 
     options = tune.options
     try:
-        return tune_kernel(spec, tune.out, method=options.method, budget=task.inherited + task.evaluations + grant,
-                           target=options.target, graph=options.graph, seed=options.seed,
-                           min_time_s=options.min_time_s, time_limit_s=remaining, checkpoint=options.checkpoint,
-                           runner=runner, on_event=forward, should_stop=should_stop)
+        plan = TuningPlan.of(tune.out, options.method, task.inherited + task.evaluations + grant,
+                             target=options.target, graph=options.graph, seed=options.seed,
+                             min_time_s=options.min_time_s, time_limit_s=remaining, checkpoint=options.checkpoint)
+        return tune_kernel(spec, plan, runner, forward, should_stop)
     except (LibraryError, ValueError) as error:
         raise TuneError(f"{tune.model}: error: tuning kernel {spec.name}: {error}") from None
 
