@@ -85,7 +85,6 @@ class _LibraryStep:
     library: Library
     kernel: Any  # runtime.Kernel
     pointers: list[int]  # the buffers of its inputs and outputs: a kernel's arrays have static shapes
-    nodes: tuple[str, ...] = ()  # the ONNX nodes the call computes
 
     def run(self, env: dict[str, np.ndarray]) -> None:
         self.library.call(self.kernel, self.pointers)
@@ -98,7 +97,6 @@ class _SessionStep:
     late_inputs: list[str]
     late_outputs: list[str]  # bound to ONNX Runtime's own memory, in binding order after the placed ones
     placed: int  # how many outputs are bound to buffers of ours
-    nodes: tuple[str, ...] = ()  # the ONNX nodes the session runs
 
     def run(self, env: dict[str, np.ndarray]) -> None:
         given = [np.ascontiguousarray(env[name]) for name in self.late_inputs]  # alive while the session runs
@@ -142,14 +140,18 @@ class ModelRunner:
             self.placement.update((names[i], unit.kind) for i in unit.nodes)
         self._fixed = {name: _aligned_copy(value) for name, value in self._constants.items()}
         self._fixed.update((name, aligned_empty(info.dtype, info.shape)) for name, info in self.inputs.items())
-        self.imported, self._names = imported, names  # the import the run follows, its nodes' names
+        self.imported = imported  # the import the run follows: its kernels' specs, for profiles
         self._pool = _Pool()
         self._pooled: dict[str, np.ndarray] = {}  # a value made by a step -> the pool's buffer holding it
         merged = _merged(units, self.outputs)
         dead_after = _dead_after(merged, self.outputs)
         self._steps = []
+        self.steps: list[Step] = []  # what each of the run's steps does, in order
         for position, unit in enumerate(merged):
-            self._steps += self._plan(unit)
+            planned = self._plan(unit)
+            self._steps += planned
+            self.steps += [Step(unit.kernel if unit.kind == "library" else None, tuple(names[i] for i in unit.nodes))
+                           for _ in planned]
             for name in dead_after.get(position, ()):
                 if name in self._pooled:
                     self._pool.give(self._pooled.pop(name))
@@ -184,8 +186,7 @@ class ModelRunner:
             return []
         if unit.kind == "library":
             pointers = [self._buffer(name).ctypes.data for name in unit.inputs + unit.outputs]
-            return [_LibraryStep(self._library, self._library.kernels[unit.kernel], pointers,
-                                 tuple(self._names[i] for i in unit.nodes))]
+            return [_LibraryStep(self._library, self._library.kernels[unit.kernel], pointers)]
         return [] if unit.kind == "constant" else [self._bound(unit)]
 
     def _session(self, unit: _Unit, constants: Mapping[str, np.ndarray]) -> Any:
@@ -229,8 +230,7 @@ class ModelRunner:
             if name not in self._fixed:
                 binding.bind_output(name, "cpu")
                 late_outputs.append(name)
-        return _SessionStep(session, binding, late_inputs, late_outputs, placed,
-                            tuple(self._names[i] for i in unit.nodes))
+        return _SessionStep(session, binding, late_inputs, late_outputs, placed)
 
     # -- running ------------------------------------------------------------------------------------
 
@@ -244,12 +244,6 @@ class ModelRunner:
         for step in self._steps:
             step.run(env)
         return {name: np.array(env[name]) for name in self.outputs}
-
-    @property
-    def steps(self) -> list[Step]:
-        """What the run does, in order: each library call and each ONNX Runtime session."""
-        return [Step(step.kernel.name, step.nodes) if isinstance(step, _LibraryStep) else Step(None, step.nodes)
-                for step in self._steps]
 
     def run_timed(self, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[float]]:
         """`run`'s outputs and the seconds each of its parts took: copying the inputs in, each
