@@ -1,5 +1,5 @@
 """`dojo model profile`: where a model's time goes when it runs on its library
-(libgen/onnx/profile.py, docs/onnx.md)."""
+(libgen/onnx/profile.py, docs/model.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`dojo model tune`: import a model, build its library with the heuristic pass, then spend a budget
-on its kernels by their share of the model's time (libgen/onnx/model_tune.py, docs/onnx.md)."""
+on its kernels by their share of the model's time (libgen/onnx/model_tune.py, docs/model.md)."""
 
 from __future__ import annotations
 
