@@ -311,8 +311,11 @@ def tune_model(model: Path, out: Path, *, budget: int | None = None, time_limit_
                      **options.identity()}
     state = read_json(out / STATE) if (out / STATE).exists() else None
     if state is not None and not resume:
-        raise TuneError(f"{out}: error: it holds a tune already ({out / STATE}); --resume goes on with it, or "
-                        "give another directory")
+        finished = _finished(tune, state)
+        if finished is None:
+            raise TuneError(f"{out}: error: it holds a tune already ({out / STATE}), unfinished or with another "
+                            "budget, time limit or options; --resume goes on with it, or give another directory")
+        return finished
     if state is not None:
         if state.get("identity") != tune.identity:
             raise TuneError(f"{out}: error: --resume: its tune is of another model or import, or with other "
@@ -328,6 +331,26 @@ def tune_model(model: Path, out: Path, *, budget: int | None = None, time_limit_
         tune.build_heuristic(runner, cluster, should_stop)
     _rounds(tune, runner, cluster, should_stop)
     return _finish(tune)
+
+
+def _finished(tune: _Tune, state: dict[str, Any]) -> TuneResult | None:
+    """The result of the tune that `state` holds when it finished with the same model, options,
+    budget and time limit: run again, the command has nothing to do."""
+    summary = state.get("summary")
+    if state.get("identity") != tune.identity or not isinstance(summary, dict) or \
+            summary.get("budget") != tune.budget or summary.get("time_limit_s") != tune.time_limit_s:
+        return None
+    tune.restore(state)
+    try:
+        before, after = ModelProfile.from_json(summary["before"]), ModelProfile.from_json(summary["after"])
+        text = (tune.out / SUMMARY).read_text(encoding="utf-8").rstrip("\n")
+        reverted = tuple(summary["reverted"])
+    except (KeyError, TypeError, ValueError, OSError):
+        return None
+    tune.tell("stage", f"{tune.model.name}: already tuned in {tune.out} with this budget and these options "
+                       "(--resume with a larger budget goes on)")
+    return TuneResult(tune.out, before, after, tuple(tune.tasks), tune.spent, tune.budget, tune.elapsed_s, text,
+                      reverted)
 
 
 def _differences(old: Any, new: dict[str, Any]) -> str:
@@ -450,8 +473,9 @@ def _finish(tune: _Tune) -> TuneResult:
     tune.latest = after
     summary = _summary(tune, before, after, reverted)
     write_atomically(tune.out / SUMMARY, (summary + "\n").encode())
-    tune.save({"before_s": before.total_s, "after_s": after.total_s, "spent": tune.spent,
-               "budget": tune.budget, "elapsed_s": round(tune.elapsed_s, 3)})
+    tune.save({"before_s": before.total_s, "after_s": after.total_s, "spent": tune.spent, "budget": tune.budget,
+               "time_limit_s": tune.time_limit_s, "elapsed_s": round(tune.elapsed_s, 3), "before": before.to_json(),
+               "after": after.to_json(), "reverted": reverted})
     return TuneResult(tune.out, before, after, tuple(tune.tasks), tune.spent, tune.budget, tune.elapsed_s,
                       summary, tuple(reverted))
 

@@ -166,12 +166,15 @@ def test_the_progress_is_a_bar_on_a_terminal_and_lines_otherwise(capsys: pytest.
     assert plain == "matmul: 8 evaluations, best 35 µs\n"  # no progress lines
 
 
-def test_a_directory_holding_a_tune_is_refused_without_resume_or_with_other_options(
+def test_a_finished_tune_run_again_does_nothing_and_another_is_refused_without_resume(
         model: Path, tmp_path: Path, profiled: None) -> None:
     out = tmp_path / "lib"
-    tune_model(model, out, budget=2, options=OPTIONS, runner=FakeRunner())
-    with pytest.raises(TuneError, match="holds a tune already .*--resume goes on with it"):
-        tune_model(model, out, budget=2, options=OPTIONS, runner=FakeRunner())
+    first = tune_model(model, out, budget=2, options=OPTIONS, runner=FakeRunner())
+    idle = FakeRunner()
+    again = tune_model(model, out, budget=2, options=OPTIONS, runner=idle)
+    assert idle.calls == [] and again.summary == first.summary and again.spent == first.spent == 2
+    with pytest.raises(TuneError, match="holds a tune already .*another budget.*--resume goes on with it"):
+        tune_model(model, out, budget=4, options=OPTIONS, runner=FakeRunner())
     with pytest.raises(TuneError, match="seed: 0 there, 3 now"):
         tune_model(model, out, budget=2, options=TuneOptions(round_size=2, seed=3), runner=FakeRunner(), resume=True)
 
