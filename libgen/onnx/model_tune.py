@@ -239,9 +239,10 @@ class _Tune:
         (whose graph starts from the pass's moves) then need not make again; how many it got."""
         pass_log = search_log(self.out, spec.name, "heuristic")
         log = search_log(self.out, spec.name, self.options.method, self.options.graph)
-        if log == pass_log or not pass_log.exists():
+        if not pass_log.exists():
             return 0
-        shutil.copy2(pass_log, log)
+        if log != pass_log:  # with --method heuristic, the rounds go on in the pass's own log
+            shutil.copy2(pass_log, log)
         return sum(1 for evaluation in read_log(log)[1] if evaluation.index > 0)
 
     def reprofile(self) -> None:
