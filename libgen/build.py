@@ -27,7 +27,7 @@ evaluation a task on the cluster (cluster.py).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,7 +36,7 @@ from typing import Any
 from agent.evaluate import read_log, replay_moves, text_hash
 from agent.methods import GRAPH, METHODS, SEARCHES
 from agent.tune import TuneProgress, tune
-from codegen.targets import Target, get_target
+from codegen.targets import get_target
 from dojo_ir import Program, to_text
 from runner.files import write_atomically
 from runner.local import LocalRunner, iterations
@@ -54,11 +54,13 @@ from .pymodule import module_text
 @dataclass(frozen=True)
 class BuildEvent:
     """What a build tells as it goes: `kind` is "skipped", "resuming", "tuning", "progress",
-    "tuned", "peers" or "library"; `message` says it for people."""
+    "tuned", "peers" or "library"; `message` says it for people; `evaluations` is the kernel's
+    count so far (its log's included) in "progress"."""
 
     kernel: str
     kind: str
     message: str
+    evaluations: int | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,11 @@ class BuildResult:
     manifest: dict[str, Any]
     tuned: tuple[str, ...]
     skipped: tuple[str, ...]
+
+
+def search_log(out: Path, kernel: str, method: str, graph: str = "") -> Path:
+    """The log of `kernel`'s evaluations by `method` (on `graph`, for a search) in the library `out`."""
+    return out / "logs" / f"{kernel}.{method}.{graph if method in SEARCHES else 'pass'}.jsonl"
 
 
 class _Stopped(Exception):
@@ -83,8 +90,9 @@ def _resumable(log: Path, start: Program) -> bool:
 
 
 @dataclass(frozen=True)
-class _Plan:
-    """How every kernel of one build is tuned."""
+class TuningPlan:
+    """How kernels are tuned into the library `out` (every kernel of one build); `graph` is ""
+    for a method that searches none (`of` makes it so)."""
 
     out: Path
     method: str
@@ -96,6 +104,13 @@ class _Plan:
     time_limit_s: float | None
     checkpoint: Path | None
 
+    @classmethod
+    def of(cls, out: Path, method: str, budget: int, *, target: str = "native", graph: str = GRAPH, seed: int = 0,
+           min_time_s: float = MIN_TIME_S, time_limit_s: float | None = None,
+           checkpoint: Path | None = None) -> TuningPlan:
+        return cls(out, method, budget, target, graph if method in SEARCHES else "", seed, min_time_s, time_limit_s,
+                   checkpoint)
+
     def key(self, spec: KernelSpec) -> tuple[str, str, str, int, str, int]:
         return (text_hash(spec.program), self.target, self.method, self.budget, self.graph, self.seed)
 
@@ -103,7 +118,7 @@ class _Plan:
         return self.out / "kernels" / f"{spec.name}.json"
 
     def log_path(self, spec: KernelSpec) -> Path:
-        return self.out / "logs" / f"{spec.name}.{self.method}.{self.graph or 'pass'}.jsonl"
+        return search_log(self.out, spec.name, self.method, self.graph)
 
     def done(self, spec: KernelSpec) -> Tuned | None:
         """The kernel's record when it can be reused as it is."""
@@ -126,7 +141,7 @@ class _Plan:
         def progress(p: TuneProgress) -> None:
             speedup = "" if p.speedup is None else f" ({p.speedup:.2f}x)"
             emit(BuildEvent(spec.name, "progress", f"{spec.name}: {p.evaluations}/{p.budget} evaluations, "
-                            f"best {format_time(p.best_s)}{speedup}"))
+                            f"best {format_time(p.best_s)}{speedup}", p.evaluations))
 
         result = tune(spec.program, self.method, self.budget, spec_path=f"{spec.name}.spec.dojo",
                       graph=self.graph or GRAPH, target=self.target, runner=runner, time_limit_s=self.time_limit_s,
@@ -170,8 +185,8 @@ def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budg
         raise LibraryError(f"{out}: error: not a directory")
     for directory in (out, out / "kernels", out / "logs", out / "src"):
         directory.mkdir(parents=True, exist_ok=True)
-    plan = _Plan(out, method, budget, target, graph if method in SEARCHES else "", seed, min_time_s, time_limit_s,
-                 checkpoint)
+    plan = TuningPlan.of(out, method, budget, target=target, graph=graph, seed=seed, min_time_s=min_time_s,
+                         time_limit_s=time_limit_s, checkpoint=checkpoint)
     emit = on_event or (lambda _: None)
 
     records: dict[str, Tuned] = {}
@@ -196,7 +211,7 @@ def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budg
             emit(BuildEvent(spec.name, "peers", f"{spec.name}: " + ", ".join(
                 f"{peer} {format_time(time_s)}" for peer, time_s in times)))
 
-    manifest = _write_library(plan, name, chosen, kernels, records)
+    manifest = write_library(out, name, kernels, records, target)
     emit(BuildEvent("", "library", f"wrote {out / manifest['shared_library']}, {out / manifest['header']}, "
                                    f"{out / manifest['module']} and {out / 'manifest.json'} "
                                    f"({len(kernels)} kernels)"))
@@ -204,7 +219,7 @@ def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budg
                                                                              if s not in pending))
 
 
-def _tune_all(plan: _Plan, pending: Sequence[KernelSpec], runner: Runner | None, cluster: Cluster | None,
+def _tune_all(plan: TuningPlan, pending: Sequence[KernelSpec], runner: Runner | None, cluster: Cluster | None,
               workers: int | None, emit: Callable[[BuildEvent], None],
               should_stop: Callable[[], bool] | None) -> dict[str, Tuned]:
     """Tune every pending kernel, several at once on a cluster; on an interruption, stop every
@@ -247,25 +262,46 @@ def _tune_all(plan: _Plan, pending: Sequence[KernelSpec], runner: Runner | None,
     return finished
 
 
-def _write_library(plan: _Plan, name: str, target: Target, kernels: Sequence[KernelSpec],
-                   records: dict[str, Tuned]) -> dict[str, Any]:
-    """The C units, the shared library, the header, the Python module and the manifest."""
+def tune_kernel(spec: KernelSpec, plan: TuningPlan, runner: Runner | None = None,
+                on_event: Callable[[BuildEvent], None] | None = None,
+                should_stop: Callable[[], bool] | None = None) -> Tuned:
+    """Tune one kernel into the library directory `plan.out` as `build_library` does (its
+    program, record and log there), going on from its log when there is one of the same start:
+    tuned again with a larger budget, it spends only the difference. Raises KeyboardInterrupt
+    when `should_stop` stopped it (its evaluations stay in the log)."""
+    out = plan.out
+    for directory in (out / "kernels", out / "logs"):
+        directory.mkdir(parents=True, exist_ok=True)
+    try:
+        return plan.tune(spec, runner if runner is not None else LocalRunner(), on_event or (lambda _: None),
+                         should_stop or (lambda: False))
+    except _Stopped:
+        raise KeyboardInterrupt from None
+
+
+def write_library(out: Path, name: str, kernels: Sequence[KernelSpec], records: Mapping[str, Tuned],
+                  target: str = "native") -> dict[str, Any]:
+    """The library `name` in `out` of `kernels`, each as its record's moves make it: the C units,
+    the shared library, the header, the Python module and the manifest, which it returns."""
+    chosen = get_target(target)
+    for directory in (out / "kernels", out / "src"):
+        directory.mkdir(parents=True, exist_ok=True)
     prefix = name.upper()
     entries, sources = [], []
     for spec in kernels:
         record = records[spec.name]
         program, _ = replay_moves(spec.program, record.moves)
         symbol = f"{name}_{spec.name}"
-        source = plan.out / "src" / f"{spec.name}.c"
-        write_atomically(source, csource.unit(program, symbol, prefix, target).encode())
+        source = out / "src" / f"{spec.name}.c"
+        write_atomically(source, csource.unit(program, symbol, prefix, chosen).encode())
         sources.append(source)
         description = spec.program.comments[0].lstrip("#").strip() if spec.program.comments else spec.origin
         entries.append(entry(record, program, symbol, description, f"kernels/{spec.name}.dojo"))
     shared = f"lib{name}.so"
-    csource.compile_library(sources, target, plan.out / shared)
-    write_atomically(plan.out / f"{name}.h", csource.header(name, prefix, entries).encode())
-    write_atomically(plan.out / f"{name}.py", module_text().encode())
-    manifest = {"format": FORMAT, "library": name, "target": plan.target, "shared_library": shared,
+    csource.compile_library(sources, chosen, out / shared)
+    write_atomically(out / f"{name}.h", csource.header(name, prefix, entries).encode())
+    write_atomically(out / f"{name}.py", module_text().encode())
+    manifest = {"format": FORMAT, "library": name, "target": target, "shared_library": shared,
                 "header": f"{name}.h", "module": f"{name}.py", "kernels": entries}
-    write_json(plan.out / "manifest.json", manifest)
+    write_json(out / "manifest.json", manifest)
     return manifest

@@ -3,6 +3,7 @@
     runner = ModelRunner("encoder.onnx", "build/encoder_lib")
     outputs = runner.run({"x": x})                 # the graph's outputs by name
     runner.placement      # node name -> "library", "onnxruntime", "view", "constant" or "unused"
+    outputs, seconds = runner.run_timed({"x": x})  # and each step's time (libgen/onnx/profile.py)
 
 The model is imported in memory as `dojo import` would write it (`import_model`), fused or not as
 asked, or else as the import whose kernels the library holds more of. A call of the
@@ -16,13 +17,15 @@ session per run of consecutive such nodes, built once, with as many intra-op thr
 process has cores. Every value of static shape has a 64-byte aligned buffer, planned once, that
 the library's kernels and ONNX Runtime (through an IOBinding) write in place, so a run only copies
 the inputs in and the outputs out; values whose lives do not overlap share one (`_Pool`). `run`
-is not reentrant: one thread at a time.
+is not reentrant: one thread at a time. `run_timed` is the same run, each step timed: a loop of its
+own, so that `run` pays nothing for profiling.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,6 +60,15 @@ class Info:
 
     dtype: np.dtype
     shape: Shape | None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a run: a call of the library's `kernel`, or (kernel None) an ONNX Runtime
+    session; `nodes` are the ONNX nodes it computes."""
+
+    kernel: str | None
+    nodes: tuple[str, ...]
 
 
 @dataclass
@@ -136,13 +148,18 @@ class ModelRunner:
             self.placement.update((names[i], unit.kind) for i in unit.nodes)
         self._fixed = {name: _aligned_copy(value) for name, value in self._constants.items()}
         self._fixed.update((name, aligned_empty(info.dtype, info.shape)) for name, info in self.inputs.items())
+        self.imported = imported  # the import the run follows: its kernels' specs, for profiles
         self._pool = _Pool()
         self._pooled: dict[str, np.ndarray] = {}  # a value made by a step -> the pool's buffer holding it
         merged = _merged(units, self.outputs)
         dead_after = _dead_after(merged, self.outputs)
         self._steps = []
+        self.steps: list[Step] = []  # what each of the run's steps does, in order
         for position, unit in enumerate(merged):
-            self._steps += self._plan(unit)
+            planned = self._plan(unit)
+            self._steps += planned
+            self.steps += [Step(unit.kernel if unit.kind == "library" else None, tuple(names[i] for i in unit.nodes))
+                           for _ in planned]
             for name in dead_after.get(position, ()):
                 if name in self._pooled:
                     self._pool.give(self._pooled.pop(name))
@@ -236,6 +253,26 @@ class ModelRunner:
         for step in self._steps:
             step.run(env)
         return {name: np.array(env[name]) for name in self.outputs}
+
+    def run_timed(self, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[float]]:
+        """`run`'s outputs and the seconds each of its parts took: copying the inputs in, each
+        step of `steps` in order, and copying the outputs out."""
+        self.check(feeds)
+        clock = time.perf_counter
+        seconds = []
+        env = dict(self._fixed)
+        began = clock()
+        for name in self.inputs:
+            np.copyto(self._fixed[name], feeds[name])
+        seconds.append(clock() - began)
+        for step in self._steps:
+            began = clock()
+            step.run(env)
+            seconds.append(clock() - began)
+        began = clock()
+        outputs = {name: np.array(env[name]) for name in self.outputs}
+        seconds.append(clock() - began)
+        return outputs, seconds
 
     def check(self, feeds: Mapping[str, Any]) -> None:
         """Raise RunError unless `feeds` gives every input of the model at its dtype and shape."""

@@ -1,5 +1,5 @@
 """`dojo model run`: run an ONNX model on a tuned library, ONNX Runtime doing the nodes it lacks
-(libgen/onnx/run.py)."""
+(libgen/onnx/run.py); `dojo model profile` and `dojo model tune` are in modules of their own."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from pathlib import Path
 
 from runner.files import read_arrays, write_arrays
 
+from .model_profile import add_profile_parser
+from .model_tune import add_tune_parser
 from .shared import CommandError
 
 
@@ -31,6 +33,8 @@ def add_to(commands: argparse._SubParsersAction) -> None:
     fusing.add_argument("--no-fuse", action="store_false", dest="fuse", help="the model as `dojo import` imports it")
     run_.add_argument("--json", action="store_true", help="where each node ran, as JSON")
     run_.set_defaults(run=cmd_model_run)
+    add_profile_parser(model_commands)
+    add_tune_parser(model_commands)
 
 
 def cmd_model_run(args: argparse.Namespace) -> int:
