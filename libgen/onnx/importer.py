@@ -53,8 +53,12 @@ from .fuse import fuse_graph
 from .nodes import DTYPES, Derived, Kernel, Node, Unsupported, Value, fresh_name, identifier
 from .reads import used_names
 from .registry import OPERATORS
+from .shapes import ShapeError, infer_shapes, with_input_shapes
 
 FOLDABLE = frozenset({"Identity", "Cast", "Unsqueeze", "Concat", "Gather", "Slice"})
+INTEGRAL = frozenset({onnx.TensorProto.BOOL, onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16,
+                      onnx.TensorProto.INT8, onnx.TensorProto.UINT64, onnx.TensorProto.UINT32,
+                      onnx.TensorProto.UINT16, onnx.TensorProto.UINT8})
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -96,10 +100,13 @@ class Imported:
     outputs: tuple[dict[str, Any], ...] = ()
     nodes: tuple[dict[str, Any], ...] = ()
     constants: Mapping[str, Derived] = field(default_factory=dict)  # written to DIR/constants.npz
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # as --input-shape fixed them
 
     def to_json(self) -> dict[str, Any]:
         """DIR/model.json."""
-        return {"format": 1, "model": self.model, "fused": self.fused, "inputs": list(self.inputs),
+        return {"format": 1, "model": self.model, "fused": self.fused,
+                "input_shapes": {name: list(shape) for name, shape in self.input_shapes.items()},
+                "inputs": list(self.inputs),
                 "outputs": list(self.outputs),
                 "constants": [derived.json(name) for name, derived in self.constants.items()],
                 "calls": [{"kernel": c.kernel, "file": f"{c.kernel}.dojo", "nodes": list(c.nodes),
@@ -151,9 +158,14 @@ def load_model(model: onnx.ModelProto | str | Path) -> tuple[str, onnx.ModelProt
     return name, proto
 
 
-def _infer(name: str, model: onnx.ModelProto) -> onnx.ModelProto:
+def static_model(name: str, model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None
+                 ) -> onnx.ModelProto:
+    """`model` with its inputs at `input_shapes` and every value's shape inferred (shapes.py);
+    ModelError naming the file, or the option for a shape that does not fit."""
     try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        return infer_shapes(with_input_shapes(model, input_shapes or {}))
+    except ShapeError as error:
+        raise ModelError(f"{name}: error: {error}") from None
     except (onnx.shape_inference.InferenceError, ValueError) as error:
         raise ModelError(f"{name}: error: the model's shapes cannot be inferred: {error}") from None
 
@@ -257,8 +269,8 @@ def _fold(node: onnx.NodeProto, opset: int, constants: Mapping[str, np.ndarray],
             return [np.array(int(np.prod(dims)), np.int64)]
         attributes = _attributes(node)
         return [np.array(dims[attributes.get("start", 0):attributes.get("end", len(dims))], np.int64)]
-    if node.op_type not in FOLDED and (node.op_type not in FOLDABLE
-                                       or not all(not n or n in constants for n in node.input)):
+    constant = all(n in constants for n in used_names(node))
+    if node.op_type not in FOLDED and not (constant and (node.op_type in FOLDABLE or _integral(node, tensors))):
         return None
     # onnx's reference implementation at the model's opset: the attributes' meaning changed over opsets
     inputs = [n for n in node.input if n]
@@ -269,6 +281,15 @@ def _fold(node: onnx.NodeProto, opset: int, constants: Mapping[str, np.ndarray],
         return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, {n: constants[n] for n in inputs})]
     except (ValueError, TypeError, IndexError, RuntimeError):
         return None  # not foldable after all (an index out of range...): the node is imported as any other
+
+
+def _integral(node: onnx.NodeProto, tensors: Mapping[str, Tensor]) -> bool:
+    """Whether `node` makes only integers or booleans, and is not random: of constant inputs, that
+    is shape arithmetic or a mask's condition, which exporters compute in the graph (Equal ->
+    Where -> Expand), and no kernel can hold a boolean."""
+    outputs = [tensors.get(n) for n in node.output if n]
+    return NOT_EXPRESSIBLE.get(node.op_type, ("", ""))[0] != "random" and bool(outputs) and all(
+        t is not None and t.elem_type in INTEGRAL for t in outputs)
 
 
 # -- nodes ------------------------------------------------------------------------------------------------
@@ -420,11 +441,12 @@ def _calls(model: str, groups: list[tuple[tuple[Node, ...], Kernel]]) -> tuple[d
     return kernels, calls
 
 
-def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> Imported:
-    """The kernels, calls and skipped nodes of `model` (a file or a loaded model); ModelError when
-    it cannot be read."""
+def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False,
+                 input_shapes: Mapping[str, Sequence[int]] | None = None) -> Imported:
+    """The kernels, calls and skipped nodes of `model` (a file or a loaded model), its inputs at
+    `input_shapes` where given; ModelError when it cannot be read."""
     name, proto = load_model(model)
-    proto = _infer(name, proto)
+    proto = static_model(name, proto, input_shapes)
     graph = proto.graph
     opset = next((o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS), 1)
     tensors = _tensors(graph)
@@ -483,7 +505,7 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
         constants={n: d for n, d in derived.items() if any(n in call.inputs for call in calls)},
         inputs=tuple(_tensor(i).json(i.name) for i in graph.input if i.name not in known and _tensor(i)),
         outputs=tuple(_tensor(o).json(o.name) for o in graph.output if _tensor(o)),
-        nodes=tuple(records))
+        nodes=tuple(records), input_shapes={n: tuple(s) for n, s in (input_shapes or {}).items()})
 
 
 def write_import(imported: Imported, out: Path) -> list[Path]:

@@ -99,11 +99,12 @@ class _SessionStep:
 class ModelRunner:
     """The model at `model_path` run on the library at `library_dir` (see the module's docstring)."""
 
-    def __init__(self, model_path: str | Path, library_dir: str | Path, fuse: bool | None = None):
+    def __init__(self, model_path: str | Path, library_dir: str | Path, fuse: bool | None = None,
+                 input_shapes: Mapping[str, Sequence[int]] | None = None):
         model_path, library_dir = Path(model_path), Path(library_dir)
         library, hashes = open_library(library_dir)
-        model = read_model(model_path)
-        imported, held = import_in_memory(model_path, fuse, hashes)
+        model = read_model(model_path, input_shapes)
+        imported, held = import_in_memory(model_path, fuse, hashes, input_shapes)
         self.model = model_path.name
         self._model, self._library, self._nodes = model, library, list(model.graph.node)
         names = [entry["name"] for entry in imported.nodes]  # one per node, in the graph's order
@@ -260,10 +261,11 @@ def open_library(directory: Path) -> tuple[Library, dict[str, str]]:
         raise RunError(f"{directory}: cannot load the library: {error}") from None
 
 
-def import_in_memory(path: Path, fuse: bool | None, hashes: Mapping[str, str]) -> tuple[Any, set[str]]:
-    """What `dojo import` would write for the model at `path`, with `--fuse` or not (None: the
-    import of which the library holds more kernels, the unfused one when they tie), and the names
-    of its kernels that the library holds built from the same spec."""
+def import_in_memory(path: Path, fuse: bool | None, hashes: Mapping[str, str],
+                     input_shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[Any, set[str]]:
+    """What `dojo import` would write for the model at `path` (its inputs at `input_shapes`), with
+    `--fuse` or not (None: the import of which the library holds more kernels, the unfused one when
+    they tie), and the names of its kernels that the library holds built from the same spec."""
     from agent.evaluate import text_hash
     from dojo_ir import load
 
@@ -273,17 +275,20 @@ def import_in_memory(path: Path, fuse: bool | None, hashes: Mapping[str, str]) -
         return {name for name, text in imported.kernels.items() if hashes.get(name) == text_hash(load(text))}
 
     try:
-        imports = [import_model(path, fuse=choice) for choice in ([False, True] if fuse is None else [fuse])]
+        imports = [import_model(path, fuse=choice, input_shapes=input_shapes)
+                   for choice in ([False, True] if fuse is None else [fuse])]
     except ModelError as error:
         raise RunError(str(error).replace(": error: ", ": ", 1)) from None
     return max(((imported, held(imported)) for imported in imports), key=lambda pair: len(pair[1]))
 
 
-def read_model(path: Path) -> onnx.ModelProto:
-    from .importer import ModelError, load_model
+def read_model(path: Path, input_shapes: Mapping[str, Sequence[int]] | None = None) -> onnx.ModelProto:
+    """The model at `path` as the import sees it: its inputs at `input_shapes`, its shapes inferred."""
+    from .importer import ModelError, load_model, static_model
 
     try:
-        return load_model(path)[1]
+        name, model = load_model(path)
+        return static_model(name, model, input_shapes)
     except ModelError as error:
         raise RunError(str(error).replace(": error: ", ": ", 1)) from None
 
@@ -295,7 +300,8 @@ def model_inputs(model: onnx.ModelProto, infos: Mapping[str, Info], name: str) -
     for value in model.graph.input:
         if value.name not in initializers:
             if _shape(infos, value.name) is None:
-                raise RunError(f"{name}: input `{value.name}` has no fixed shape; give it one to run the model")
+                raise RunError(f"{name}: input `{value.name}` has no fixed shape; give it one with --input-shape "
+                               f"{value.name}=D,D,... (as to `dojo import`)")
             inputs[value.name] = infos[value.name]
     return inputs
 
@@ -306,10 +312,9 @@ def _shape(infos: Mapping[str, Info], name: str) -> Shape | None:
 
 
 def value_infos(model: onnx.ModelProto) -> dict[str, Info]:
-    """The dtype and static shape of every value that shape inference or the graph declares (the
-    import inferred the same way, so this does not fail)."""
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    graph = inferred.graph
+    """The dtype and static shape of every value that the graph of `model`, whose shapes
+    `read_model` inferred as the import does, declares."""
+    graph = model.graph
     infos: dict[str, Info] = {}
     for value in [*graph.input, *graph.value_info, *graph.output]:
         kind = value.type.tensor_type

@@ -26,6 +26,8 @@ def add_to(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", "-o", metavar="DIR", help="where the .dojo files and model.json go")
     parser.add_argument("--fuse", action="store_true", help="join elementwise chains, and reductions with the "
                         "elementwise nodes around them, into one kernel each")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...", help="fix the "
+                        "shape of input NAME (its symbolic dimensions); repeatable")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a node has no kernel (after writing the "
                         "others)")
     parser.add_argument("--coverage", action="store_true", help="print which operators of the default ONNX domain "
@@ -43,10 +45,13 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise CommandError("dojo import: error: name a model and --out DIR (or ask for --coverage)")
     # imported here: onnx loads only for this command
     from libgen.onnx.importer import ModelError, import_model, write_import
+    from libgen.onnx.shapes import ShapeError, parse_input_shapes
 
     out = Path(args.out)
     try:
-        imported = import_model(args.model, fuse=args.fuse)
+        imported = import_model(args.model, fuse=args.fuse, input_shapes=parse_input_shapes(args.input_shape))
+    except ShapeError as error:
+        raise CommandError(f"dojo import: error: {error}") from None
     except ModelError as error:
         raise CommandError(str(error)) from None
     try:
