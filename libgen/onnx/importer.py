@@ -53,6 +53,7 @@ from .fuse import fuse_graph
 from .nodes import DTYPES, Derived, Kernel, Node, Unsupported, Value, fresh_name, identifier
 from .reads import used_names
 from .registry import OPERATORS
+from .select import Graph, casts_late, computed_inside, select_kernel, selects
 from .shapes import ShapeError, infer_shapes, with_input_shapes
 
 FOLDABLE = frozenset({"Identity", "Cast", "Unsqueeze", "Concat", "Gather", "Slice"})
@@ -163,7 +164,7 @@ def static_model(name: str, model: onnx.ModelProto, input_shapes: Mapping[str, S
     """`model` with its inputs at `input_shapes` and every value's shape inferred (shapes.py);
     ModelError naming the file, or the option for a shape that does not fit."""
     try:
-        return infer_shapes(with_input_shapes(model, input_shapes or {}))
+        return infer_shapes(casts_late(with_input_shapes(model, input_shapes or {})))
     except ShapeError as error:
         raise ModelError(f"{name}: error: {error}") from None
     except (onnx.shape_inference.InferenceError, ValueError) as error:
@@ -352,6 +353,29 @@ def _loose_node(node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[st
     return _node(node, name, opset, lambda n: _loose_value(n, tensors, constants))
 
 
+def _select_graph(tensors: Mapping[str, Tensor], constants: Mapping[str, np.ndarray]) -> Graph:
+    """The graph as a select reads it (select.py); its makers are filled in as nodes are imported."""
+    def is_boolean(name: str) -> bool:
+        if name in constants:
+            return constants[name].dtype == np.bool_
+        return name in tensors and tensors[name].elem_type == onnx.TensorProto.BOOL
+
+    return Graph({}, is_boolean, constants.get, lambda n: _value(n, tensors, constants))
+
+
+def _select(onnx_node: onnx.NodeProto, name: str, opset: int, around: Graph, tensors: Mapping[str, Tensor],
+            constants: Mapping[str, np.ndarray], computes: dict[str, set[str]]) -> tuple[Node, Kernel | Unsupported]:
+    """The node of a Where (or a Cast of a boolean) and its kernel, the condition computed inside;
+    the boolean nodes it computes join `computes`."""
+    try:
+        node, kernel, inside = select_kernel(onnx_node, name, opset, around)
+        result = _checked(lambda _: kernel, node)
+    except Unsupported as why:
+        return _loose_node(onnx_node, name, opset, tensors, constants), why
+    computes[name] = inside
+    return node, result
+
+
 def _fold_into_product(onnx_node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[str, Tensor],
                        constants: dict[str, np.ndarray], graph_nodes: list[tuple[Node, Kernel | None]],
                        made_by: Mapping[str, tuple[int, onnx.NodeProto]], readers: Mapping[str, int],
@@ -462,6 +486,8 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False,
     readers = Counter(n for node in graph.node for n in used_names(node))
     readers.update(o.name for o in graph.output)
     values = {*tensors, *(n for node in graph.node for n in (*node.input, *node.output))}
+    around = _select_graph(tensors, constants)
+    computes: dict[str, set[str]] = {}  # a select's node -> the boolean nodes its kernel computes
     for onnx_node, node_name in zip(graph.node, names, strict=True):
         record = {"name": node_name, "op": onnx_node.op_type, "inputs": list(onnx_node.input),
                   "outputs": list(onnx_node.output), "attributes": {k: _jsonable(v) for k, v in
@@ -475,7 +501,11 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False,
         if _fold_into_product(onnx_node, node_name, opset, tensors, constants, graph_nodes, made_by, readers,
                               derived, absorbed, values):
             continue
-        node, result = _kernel(onnx_node, node_name, opset, tensors, constants)
+        if onnx_node.domain in DEFAULT_DOMAINS and selects(onnx_node, around):
+            node, result = _select(onnx_node, node_name, opset, around, tensors, constants, computes)
+        else:
+            node, result = _kernel(onnx_node, node_name, opset, tensors, constants)
+        around.makers.update((o, (onnx_node, node_name)) for o in onnx_node.output)
         if isinstance(result, Unsupported):
             skipped.append(Skipped(node_name, onnx_node.op_type, result.feature, result.detail))
             record["unsupported"] = {"feature": result.feature, "detail": result.detail}
@@ -484,6 +514,11 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False,
             made_by.update((o, (len(graph_nodes), onnx_node)) for o in onnx_node.output)
             graph_nodes.append((node, result))
 
+    inside = computed_inside(graph, names, computes)
+    skipped = [s for s in skipped if s.node not in inside]
+    for record in records:
+        if record["name"] in inside:
+            record["unsupported"], record["computed_in"] = None, inside[record["name"]]
     for _, kernel in graph_nodes:
         if kernel is not None:
             _adopt_derived(kernel, derived, values | constants.keys())
