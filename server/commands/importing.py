@@ -67,10 +67,13 @@ def cmd_import(args: argparse.Namespace) -> int:
                           "skipped": [vars(s) for s in imported.skipped]}))
     else:
         covered = sum(len(c.nodes) for c in imported.calls)
+        inside = sum(1 for record in imported.nodes if record.get("computed_in"))
         derived = f", derived weights in {out / 'constants.npz'}" if imported.constants else ""
+        selects = f", {inside} computed inside the kernels that read them" if inside else ""
         print(f"{out}: {len(imported.kernels)} kernels for {covered} of {nodes} nodes of {imported.model} "
-              f"({len(imported.skipped)} without a kernel, {nodes - covered - len(imported.skipped)} folded at "
-              f"import); map in {out / 'model.json'}{derived}")
+              f"({len(imported.skipped)} without a kernel, left to ONNX Runtime; "
+              f"{nodes - covered - len(imported.skipped) - inside} folded at import{selects}); "
+              f"map in {out / 'model.json'}{derived}")
     return 1 if args.strict and imported.skipped else 0
 
 
