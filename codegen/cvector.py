@@ -36,8 +36,8 @@ to four vector accumulators across that scope's iterations and reduces them
 once after it. Both reassociate the reduction, which the moves treat as
 reorderable: results agree with the interpreter within the verification
 tolerance, not to the bit. Functions are elementwise helpers: f32 `exp`,
-`log` and `tanh` are vector polynomials (`_F32_MATH`, 1-3 ulp, numpy's
-special values), the others a libm call per lane; `max` and `min` select with
+`log`, `tanh` and `erf` are vector polynomials (codegen/vmath.py: 1-3 ulp,
+erf under 1, numpy's special values), the others a libm call per lane; `max` and `min` select with
 masks so that NaN propagates.
 
 Streaming stores (`streamable`, `dojo_stream_*`): a `:v` store of 16-64
@@ -85,6 +85,7 @@ from .cexpr import (
     offset,
     statement,
 )
+from .vmath import F32_MATH
 
 _BASE_ALIGNMENT = 64  # every buffer the generated code allocates or declares is aligned so
 # Vector types have a power-of-two size; beyond 64 lanes a scope is computed in pieces.
@@ -426,7 +427,7 @@ def _vector_combine(assign: str, old: str, new: str, dtype: str, lanes: int) -> 
 # -- types and helpers -----------------------------------------------------------
 
 _TYPE = re.compile(r"\bv(f32|f64|i32|i64)x(\d+)(u?)\b")
-_HELPER = re.compile(r"\bdojo_(splat|loadn|storen|gather\d+|exp|log|sqrt|tanh|abs|max|min|hadd|hmul|hmax|hmin)"
+_HELPER = re.compile(r"\bdojo_(splat|loadn|storen|gather\d+|exp|log|sqrt|tanh|erf|abs|max|min|hadd|hmul|hmax|hmin)"
                      r"_(f32|f64|i32|i64)x(\d+)\b")
 
 
@@ -479,9 +480,9 @@ def _vector_helper(func: str, dtype: str, lanes_text: str) -> str:
         return f"static inline {v} {name}({v} a, {v} b) {{ {m} m = {mask}; return ({v})({select}); }}"
     if func in HORIZONTAL:
         return _horizontal_helper(func, dtype, lanes)
-    if dtype == "f32" and func in _F32_MATH:
+    if dtype == "f32" and func in F32_MATH:
         m = vector_type("i32", lanes)
-        return _F32_MATH[func].format(V=v, M=m, N=lanes).strip()
+        return F32_MATH[func].format(V=v, M=m, N=lanes).strip()
     scalar = function_name(func, dtype)
     return (f"static inline {v} {name}({v} a) {{ {v} r; for (int k = 0; k < {lanes}; ++k) r[k] = {scalar}(a[k]); "
             "return r; }")
@@ -536,112 +537,6 @@ def _horizontal_helper(func: str, dtype: str, lanes: int) -> str:
         both = f"dojo_{REDUCTION_FUNCTIONS[assign]}_{dtype}x{half}(l, h)"
     return (f"static inline {t} {name}({v} a) {{ {h} l = {lo}, h = {hi}; "
             f"return dojo_{func}_{dtype}x{half}({both}); }}")
-
-
-# Vector exp, log and tanh of f32 in portable vector code (any lane count, any
-# target): Cephes' range reductions and polynomials, within 1-2 ulp of the
-# correctly rounded result, with numpy's special values: exp(-inf) = 0,
-# exp(inf) = inf, overflow to inf and gradual underflow to subnormals and 0;
-# log(0) = -inf, log(negative) = NaN, log(inf) = inf, subnormal arguments;
-# tanh(+-inf) = +-1; NaN gives NaN. Lanes are chosen by masks (a comparison's
-# all-ones lanes), never by a loop over lanes, which GCC leaves scalar.
-_F32_MATH = {
-    "exp": """
-#if defined(__AVX512F__) && {N} == 16
-#include <immintrin.h>
-#endif
-static inline {V} dojo_exp_f32x{N}({V} x)
-{{
-#if defined(__AVX512F__) && {N} == 16
-    /* the same steps in AVX-512's own instructions: vscalefps multiplies by 2^n, rounding once */
-    __m512 v = (__m512)x;
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    n = _mm512_min_ps(_mm512_max_ps(n, _mm512_set1_ps(-150.0f)), _mm512_set1_ps(128.0f)); /* NaN -> -150 */
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), v);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-    __m512 p = _mm512_fmadd_ps(r, _mm512_set1_ps(1.9875691500e-4f), _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    __m512 y = _mm512_scalef_ps(p, n);
-    __mmask16 tiny = _mm512_cmp_ps_mask(v, _mm512_set1_ps(-104.0f), _CMP_LT_OQ);
-    return ({V})_mm512_mask_mov_ps(y, tiny, _mm512_setzero_ps());
-#else
-    {V} n = x * 1.44269504088896341f + 12582912.0f;
-    n = n - 12582912.0f; /* round(x / ln 2) */
-    /* 2^n between 2^-150 (0) and 2^128 (inf); a NaN n becomes -150 and its r stays NaN */
-    const {V} zero = {{0}};
-    n = ({V})((({M})n & (n > -150.0f)) | (({M})(zero - 150.0f) & ~(n > -150.0f)));
-    n = ({V})((({M})n & (n < 128.0f)) | (({M})(zero + 128.0f) & ~(n < 128.0f)));
-    {V} r = x - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    {V} p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f; /* inf for x = inf or beyond the clamp */
-    /* times 2^n as two factors, each a normal float: overflow and subnormals round once */
-    {M} k = __builtin_convertvector(n, {M}), k1 = k >> 1, k2 = k - k1;
-    {V} y = p * ({V})((k1 + 127) << 23) * ({V})((k2 + 127) << 23);
-    return ({V})(({M})y & ~(x < -104.0f)); /* 0 below half the least subnormal, -inf included */
-#endif
-}}""",
-    "log": """
-static inline {V} dojo_log_f32x{N}({V} x)
-{{
-    const {V} zero = {{0}};
-    {M} tiny = x < 1.17549435e-38f;
-    {V} s = ({V})((({M})(x * 8388608.0f) & tiny) | (({M})x & ~tiny)); /* subnormals scaled by 2^23 */
-    {M} bits = ({M})s;
-    {M} e = ((bits >> 23) & 0xff) - 126 - (tiny & 23);
-    {V} m = ({V})((bits & 0x007fffff) | 0x3f000000); /* s = m 2^e, m in [0.5, 1) */
-    {M} low = m < 0.707106781186547524f;
-    e = e + low; /* low is -1 where true */
-    m = m + ({V})(({M})m & low) - 1.0f;
-    {V} z = m * m;
-    {V} p = m * 7.0376836292e-2f - 1.1514610310e-1f;
-    p = p * m + 1.1676998740e-1f;
-    p = p * m - 1.2420140846e-1f;
-    p = p * m + 1.4249322787e-1f;
-    p = p * m - 1.6668057665e-1f;
-    p = p * m + 2.0000714765e-1f;
-    p = p * m - 2.4999993993e-1f;
-    p = p * m + 3.3333331174e-1f;
-    {V} fe = __builtin_convertvector(e, {V});
-    {V} y = p * m * z;
-    y = y - fe * 2.12194440e-4f;
-    y = y - z * 0.5f;
-    {V} r = m + y;
-    r = r + fe * 0.693359375f;
-    {M} special = (x <= 0.0f) | (x != x) | (x == (zero + __builtin_inff()));
-    /* log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, log(NaN) = NaN */
-    {V} edge = ({V})((({M})(zero - __builtin_inff()) & (x == 0.0f)) | (({M})(zero + __builtin_nanf("")) & (x < 0.0f))
-                     | (({M})x & ((x != x) | (x > 0.0f))));
-    return ({V})((({M})edge & special) | (({M})r & ~special));
-}}""",
-    "tanh": """
-static inline {V} dojo_tanh_f32x{N}({V} x)
-{{
-    const {V} zero = {{0}};
-    {M} sign = ({M})x & (({M})zero | (int32_t)0x80000000);
-    {V} a = ({V})(({M})x & ~sign); /* |x| */
-    {V} z = x * x;
-    {V} p = z * -5.70498872745e-3f + 2.06390887954e-2f;
-    p = p * z - 5.37397155531e-2f;
-    p = p * z + 1.33314422036e-1f;
-    p = p * z - 3.33332819422e-1f;
-    {V} near = p * z * x + x; /* |x| < 0.625 */
-    {V} far = 1.0f - 2.0f / (dojo_exp_f32x{N}(a + a) + 1.0f); /* 1 for large |x|, inf included */
-    far = ({V})(({M})far | sign);
-    {M} small = a < 0.625f;
-    {M} keep = small | (x != x); /* NaN stays NaN */
-    return ({V})((({M})near & keep) | (({M})far & ~keep));
-}}""",
-}
 
 
 def used_vector_types(source: str) -> list[tuple[str, int, bool]]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from math import prod
+from math import erf, prod
 
 import numpy as np
 
@@ -51,12 +51,24 @@ __all__ = ["MAX_BYTES", "interpret", "memory_bytes", "random_inputs"]
 
 _NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
 _REDUCE = {"+=": np.add, "*=": np.multiply, "max=": np.maximum, "min=": np.minimum}
+
+
+def _erf(x: Value) -> Value:
+    """The error function, in `x`'s dtype: C's `erf` of each element as a float64, rounded once to
+    float32 for f32. numpy has no erf and scipy is not a dependency; libm's (through `math`) is
+    the one the generated scalar code calls for f64."""
+    x = np.asarray(x)
+    wide = np.fromiter(map(erf, x.astype(np.float64).ravel().tolist()), np.float64, x.size)
+    return wide.reshape(x.shape).astype(x.dtype)
+
+
 _FUNCTIONS = {
     "exp": np.exp,
     "log": np.log,
     "sqrt": np.sqrt,
     "abs": np.abs,
     "tanh": np.tanh,
+    "erf": _erf,
     "max": np.maximum,
     "min": np.minimum,
 }

@@ -20,8 +20,8 @@ LOCATIONS = ("heap", "stack", "shared")
 SCOPE_KINDS = ("u", "p", "v", "g", "b", "w")
 ASSIGNS = ("=", "+=", "*=", "max=", "min=")
 REDUCTIONS = ("+=", "*=", "max=", "min=")
-FUNCTIONS = {"exp": 1, "log": 1, "sqrt": 1, "abs": 1, "tanh": 1, "max": 2, "min": 2}
-FLOAT_ONLY_FUNCTIONS = ("exp", "log", "sqrt", "tanh")
+FUNCTIONS = {"exp": 1, "log": 1, "sqrt": 1, "abs": 1, "tanh": 1, "erf": 1, "max": 2, "min": 2}
+FLOAT_ONLY_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "erf")
 MAX_INTEGER = (1 << 63) - 1  # the largest extent, size or integer a program may hold: C's int64_t
 KEYWORDS = frozenset(("kernel", "inf", *DTYPES, *LOCATIONS, *FUNCTIONS))
 

@@ -9,9 +9,9 @@
 - `encoder_layer`: a post-norm transformer encoder layer: Q, K and V projections, heads split with
   Reshape and Transpose, softmax(Q K^T / sqrt(d)) V, heads merged, the output projection, a residual
   and LayerNormalization, then a feed-forward with Gelu, a residual and LayerNormalization. Gelu
-  is the operator with approximate="tanh" (opset 20), or its tanh formula in Mul, Pow, Tanh and
-  Add nodes (`gelu="formula"`), or the exact form with Erf (`gelu="erf"`, which the format cannot
-  write).
+  is the operator with approximate="tanh" (opset 20), or with approximate="none"
+  (`gelu_form="none"`), or its tanh formula in Mul, Pow, Tanh and Add nodes (`gelu_form="formula"`), or
+  the exact form with Erf as torch's exporter writes it (`gelu_form="erf"`).
 - `conv_block`: Conv, BatchNormalization, Relu, MaxPool, Conv, BatchNormalization, Relu,
   GlobalAveragePool, Flatten, Gemm.
 - `upsample_block`: Resize (bilinear, twice the size), Conv, Relu, Resize (nearest, back).
@@ -77,8 +77,8 @@ def layer_norm(g: Graph, x: str, name: str, width: int) -> str:
 
 
 def gelu(g: Graph, x: str, name: str, form: str) -> str:
-    if form == "tanh":
-        return g.node("Gelu", [x], f"{name}/Gelu", approximate="tanh")
+    if form in ("tanh", "none"):
+        return g.node("Gelu", [x], f"{name}/Gelu", approximate=form)
     half, one = g.constant(f"{name}.half", np.float32(0.5)), g.constant(f"{name}.one", np.float32(1))
     if form == "erf":  # 0.5 x (1 + erf(x / sqrt 2))
         root2 = g.constant(f"{name}.sqrt2", np.float32(math.sqrt(2)))
@@ -89,7 +89,7 @@ def gelu(g: Graph, x: str, name: str, form: str) -> str:
         inner = g.node("Tanh", [g.node("Mul", [g.node("Add", [x, scaled], f"{name}/Add_c"), g.constant(
             f"{name}.k", np.float32(math.sqrt(2 / math.pi)))], f"{name}/Mul_k")], f"{name}/Tanh")
     else:
-        raise ValueError(f"gelu form `{form}`: tanh, formula or erf")
+        raise ValueError(f"gelu form `{form}`: tanh, none, formula or erf")
     shifted = g.node("Add", [inner, one], f"{name}/Add_1")
     return g.node("Mul", [g.node("Mul", [x, half], f"{name}/Mul_half"), shifted], f"{name}/Mul")
 

@@ -195,6 +195,12 @@ ERRORS = [
         id="integer-op-with-exp",
     ),
     pytest.param(
+        kernel("4 y[{0}] = x[{0}] + erf(x[{0}] * 2)", decls=("x i64 [4] heap", "y i64 [4] heap")),
+        "k.dojo:6:21: error: `erf` needs a floating-point operation, and this one computes in `i64` (the dtype of "
+        "`y`)",
+        id="integer-op-with-erf",
+    ),
+    pytest.param(
         kernel("4:g t[{0}] = 1", decls=(*DECLS, "t f32 [4] shared")),
         "k.dojo:7:5: error: `t` is in `shared` memory, so every access to it lies inside a `:b` (GPU block) scope",
         id="shared-buffer-outside-block",
@@ -242,7 +248,7 @@ ERRORS = [
     ),
     pytest.param(
         kernel("4 8 y[{0},{1}] = sigmoid(x[{0},{1}])"),
-        "k.dojo:6:18: error: unknown function `sigmoid`; expected exp, log, sqrt, abs, tanh, max or min",
+        "k.dojo:6:18: error: unknown function `sigmoid`; expected exp, log, sqrt, abs, tanh, erf, max or min",
         id="unknown-function",
     ),
     pytest.param(

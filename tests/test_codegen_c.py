@@ -13,6 +13,7 @@ is regenerated with
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import subprocess
@@ -386,6 +387,67 @@ def test_vector_math_is_accurate_with_special_values(cache: Path) -> None:
     check_math(compiled_outputs(program, inputs, cache), inputs["x"])
 
 
+ERF = """kernel k(x) -> v, s, d
+
+x f32 [65568] heap
+v f32 [65568] heap
+s f32 [65568] heap
+d f64 [65568] heap
+
+4098 16:v v[{0}*16+{1}] = erf(x[{0}*16+{1}])
+65568 s[{0}] = erf(x[{0}])
+32784 2:v d[{0}*2+{1}] = erf(x[{0}*2+{1}])
+"""
+
+
+def erf_inputs() -> dict[str, np.ndarray]:
+    """Every 65536th float32 bit pattern (both signs: subnormals, both tails, +-0, +-inf, NaNs),
+    the neighbours of the points where the vector erf changes polynomial, and its saturation."""
+    sweep = np.arange(0, 1 << 32, 1 << 16, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    edges = np.array([0.921875, 2.0, 3.9192059, -0.921875, -2.0, -3.9192059], np.float32)
+    near = (edges.view(np.int32)[:, None] + np.arange(-1, 2, dtype=np.int32)).view(np.float32).ravel()
+    special = np.array([np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3.9192056, 1e-30, 0.5, -1], np.float32)
+    points = np.concatenate([sweep, near, special])
+    return {"x": np.concatenate([points, np.linspace(-4, 4, 65568 - len(points), dtype=np.float32)])}
+
+
+def check_erf(outputs: dict[str, np.ndarray], x: np.ndarray) -> None:
+    """The vector and the scalar f32 erf within 1 ulp of the exact value (libm's double erf), exactly
+    +-1 where the correctly rounded value is, odd, zeros and NaN kept; f64 is the target's libm erf."""
+    with np.errstate(invalid="ignore"):  # the sweep's signalling NaNs
+        exact = np.array([math.erf(v) for v in x.astype(np.float64).tolist()])
+    rounded = exact.astype(np.float32)
+    binade = np.ldexp(1.0, np.maximum(np.frexp(exact)[1] - 24, -149))
+    finite = np.isfinite(x)
+    for name in ("v", "s"):
+        got = outputs[name]
+        ulps = np.abs(got[finite].astype(np.float64) - exact[finite]) / binade[finite]
+        assert ulps.max() <= 1, (name, x[finite][ulps.argmax()], ulps.max())
+        saturated = np.abs(rounded) == 1
+        np.testing.assert_array_equal(got[saturated], rounded[saturated], err_msg=name)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(x), err_msg=name)
+        zero = x == 0
+        np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(x[zero]), err_msg=name)
+    # odd: each float of the sweep meets its negation
+    half = 1 << 15
+    positive, negative = outputs["v"][:half], outputs["v"][half:2 * half]
+    np.testing.assert_array_equal(x[half:2 * half], -x[:half])
+    np.testing.assert_array_equal(negative.view(np.uint32), positive.view(np.uint32) ^ np.uint32(1 << 31))
+    np.testing.assert_allclose(outputs["d"], exact, rtol=1e-15)  # each libm's erf: Arm's differs in the last bit
+
+
+def test_vector_erf_is_within_one_ulp_with_exact_tails_and_odd(cache: Path) -> None:
+    """erf of f32 vectors is a polynomial in vector code (codegen/vmath.py), no libm call per lane;
+    the scalar code and f64 call libm's erff and erf."""
+    program = load(ERF)
+    source = generate(program, NATIVE)
+    start = source.index("dojo_erf_f32x16(vf32x16 x)")
+    assert "for (" not in source[start:source.index("\n}\n", start)] and "= erff(b_x[i0]);" in source
+    assert "r[k] = erf(a[k])" in source  # f64
+    inputs = erf_inputs()
+    check_erf(compiled_outputs(program, inputs, cache), inputs["x"])
+
+
 STREAMING = """kernel k(x, g) -> y, z, u, w
 
 x f32 [8, 64] heap
@@ -697,6 +759,8 @@ def test_other_targets_run_correctly(name: str, cache: Path) -> None:
         assert_matches(program, cache, target=target)
     inputs = math_inputs()
     check_math(compiled_outputs(load(MATH), inputs, cache, target), inputs["x"])
+    inputs = erf_inputs()
+    check_erf(compiled_outputs(load(ERF), inputs, cache, target), inputs["x"])
     streaming = load(STREAMING)
     assert ("dojo_stream" in generate_c(streaming, target, threshold=0)) == target.x86
     assert_matches(streaming, cache, target=target)

@@ -171,6 +171,17 @@ t f64 [4, 6] heap -> a, b
 | 6 y[{0},{1}] = b[{0},{1}] + n[{0}]
 """, ["map_gpu(op=n#1, depth=0, kind=g)", "map_gpu(op=a, depth=1, kind=b)", "map_gpu(op=b, depth=1, kind=b)",
       "map_gpu(op=y, depth=1, kind=b)"]),
+    # erf (GELU) in f32 and f64: erff and erf, which CUDA and HIP have on the device
+    "gelu": ("""kernel k(x) -> y, z
+
+x f32 [4, 32] heap
+y f32 [4, 32] heap
+z f64 [4, 32] heap
+
+4 32 y[{0},{1}] = 0.5 * x[{0},{1}] * (1 + erf(x[{0},{1}] * 0.70710678))
+4 32 z[{0},{1}] = erf(x[{0},{1}])
+""", ["map_gpu(op=y, depth=0, kind=g)", "map_gpu(op=y, depth=1, kind=b)", "map_gpu(op=z, depth=0, kind=g)",
+      "map_gpu(op=z, depth=1, kind=b)"]),
     # staged `shared` tiles, copied and then read by all of the block's threads in a loop
     "staged_matmul": (KERNELS["matmul"].text(m=32, k=48, n=64), STAGED_MATMUL),
 }
@@ -323,6 +334,13 @@ def test_golden_cuda_source() -> None:
         if UPDATE:
             path.write_text(text)
         assert path.read_text() == text, f"{path.name} changed; UPDATE_GOLDEN=1 regenerates it"
+
+
+@pytest.mark.parametrize("target", ["cuda", "hip"])
+def test_erf_is_the_devices_erff_and_erf(target: str) -> None:
+    source = generate(mapped_case("gelu"), target)
+    kernels = source[source.index("__global__"):]
+    assert "(((float)1) + erff(b_x[" in kernels and "= erf((double)b_x[" in kernels
 
 
 def test_the_dialects_differ_in_the_runtime_and_the_warp_only() -> None:

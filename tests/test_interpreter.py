@@ -4,6 +4,7 @@ with numpy, and by a naive scalar interpreter written here from FORMAT.md."""
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import pytest
@@ -97,6 +98,8 @@ class ScalarOracle:
             return -self.value(expr.operand, env, dtype)
         if isinstance(expr, Call):
             args = [self.value(a, env, dtype) for a in expr.args]
+            if expr.func == "erf":
+                return dtype(math.erf(float(args[0])))
             return getattr(np, {"max": "maximum", "min": "minimum"}.get(expr.func, expr.func))(*args)
         a, b = self.value(expr.left, env, dtype), self.value(expr.right, env, dtype)
         if expr.op == "+":
@@ -360,6 +363,25 @@ def test_float_functions(dtype: str, func: str) -> None:
     np.testing.assert_array_equal(out, expected)
 
 
+ERF_POINTS = [0.0, -0.0, 1e-45, -1e-40, 1e-30, 0.25, -0.5, 0.921875, 1, -1.5, 2, 3.5, 3.8325, -3.9, 4, 10, np.inf,
+              -np.inf, np.nan]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_erf_is_cs_erf_in_float64_rounded_once_to_the_dtype(dtype: str) -> None:
+    """numpy has no erf: the interpreter's is libm's in float64, so f32 results are correctly
+    rounded whenever libm's erf is within half an ulp of float32, i.e. always in practice."""
+    x = np.array(ERF_POINTS, NUMPY[dtype])
+    n = len(x)
+    text = f"kernel k(x) -> y\nx {dtype} [{n}] heap\ny {dtype} [{n}] heap\n{n} y[{{0}}] = erf(x[{{0}}])\n"
+    out = run(text, x=x)["y"]
+    assert out.dtype == NUMPY[dtype]
+    expected = np.array([math.erf(v) for v in x.astype(np.float64)]).astype(NUMPY[dtype])
+    np.testing.assert_array_equal(out, expected)
+    assert np.signbit(out[1]) and out[0] == 0 and list(out[-3:-1]) == [1, -1] and np.isnan(out[-1])
+    assert out[2] > 0 and (dtype == "f64" or out[2] == np.float32(1e-45))  # erf(x) = 1.128 x, rounded in the subnormals
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_max_min_abs_in_every_dtype(dtype: str) -> None:
     x = np.array([-3, 5, 0, 7], NUMPY[dtype])
@@ -541,7 +563,7 @@ def programs(draw) -> Program:
         "dtype": {name: b.dtype for name, b in arrays.items()},
         "writable": ["y", "t", "a", "b"],
         # half the programs do without, so that they compare bit for bit
-        "transcendentals": draw(st.sampled_from([[], ["exp", "log", "tanh"]])),
+        "transcendentals": draw(st.sampled_from([[], ["exp", "log", "tanh", "erf"]])),
     }
     # Mostly write every element first, so that values rather than NaN flow on
     start = [_fill(b) for b in buffers[2:] if draw(st.integers(0, 3))]
@@ -562,7 +584,7 @@ def _fill(buffer: Buffer) -> Node:
 
 def _uses_transcendentals(program: Program) -> bool:
     return any(
-        isinstance(e, Call) and e.func in ("exp", "log", "tanh")
+        isinstance(e, Call) and e.func in ("exp", "log", "tanh", "erf")
         for op, _ in walk_ops(program.body)
         for e in walk_expr(op.value)
     )

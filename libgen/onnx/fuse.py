@@ -33,7 +33,7 @@ from collections.abc import Collection, Sequence
 from .nodes import Array, Kernel, Node, Value, loops
 
 ELEMENTWISE = frozenset({
-    "Abs", "Add", "Cast", "CastLike", "Celu", "Clip", "Div", "Elu", "Exp", "Gelu", "HardSigmoid", "HardSwish",
+    "Abs", "Add", "Cast", "CastLike", "Celu", "Clip", "Div", "Elu", "Erf", "Exp", "Gelu", "HardSigmoid", "HardSwish",
     "LeakyRelu", "Log", "Max", "Mean", "Min", "Mish", "Mul", "Neg", "Pow", "PRelu", "Reciprocal", "Relu", "Selu",
     "Shrink", "Sigmoid", "Softplus", "Softsign", "Sqrt", "Sub", "Sum", "Swish", "Tanh",
 })

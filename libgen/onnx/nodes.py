@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 from onnx import helper
 
+from dojo_ir.tree import KEYWORDS
+
 # ONNX TensorProto data types the format has
 DTYPES = {1: "f32", 11: "f64", 6: "i32", 7: "i64"}
 NUMPY = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
@@ -47,8 +49,8 @@ FEATURES = {
     "invalid": "its shapes or attributes disagree with its operator's definition",
 }
 
-_KEYWORDS = frozenset({"kernel", "spec", "move", "inf", "heap", "stack", "shared", *DTYPES.values(),
-                       "exp", "log", "sqrt", "abs", "tanh", "max", "min"})
+# The format's keywords, and the words that start a derivation line: a tensor is never named so.
+_KEYWORDS = KEYWORDS | {"spec", "move"}
 
 
 class Unsupported(Exception):

@@ -22,7 +22,7 @@ def positive(*shape: int, seed: int = 0) -> np.ndarray:
     return np.asarray(np.abs(normal(*shape, seed=seed)) + 0.1, np.float32)
 
 
-UNARY = ["Abs", "Neg", "Exp", "Tanh", "Relu", "Sigmoid", "Softplus", "Softsign", "Elu", "Selu", "Celu",
+UNARY = ["Abs", "Neg", "Exp", "Tanh", "Erf", "Relu", "Sigmoid", "Softplus", "Softsign", "Elu", "Selu", "Celu",
          "LeakyRelu", "HardSigmoid", "HardSwish", "Mish"]
 
 
@@ -32,7 +32,8 @@ def test_unary_operators_match_ort(op, shape):
     check_node(op, {"x": normal(*shape)})
 
 
-@pytest.mark.parametrize("op", ["Sigmoid", "Softplus", "Elu", "Selu", "Celu", "Mish", "Tanh", "HardSwish", "Swish"])
+@pytest.mark.parametrize("op", ["Sigmoid", "Softplus", "Elu", "Selu", "Celu", "Mish", "Tanh", "HardSwish", "Swish",
+                                "Erf", "Gelu"])
 def test_activations_hold_at_large_magnitudes(op):
     # sigmoid(-60) must not be 1/(1+inf) = nan, softplus(60) must not overflow
     opset = 24 if op == "Swish" else 21
@@ -55,7 +56,7 @@ def scalar(value, dtype=np.float32):
 # op -> (inputs at a shape, attributes, constant inputs, opset)
 RECIPES = {
     "Swish": (lambda s: {"x": normal(*s)}, {"alpha": 0.8}, (), 24),
-    "Gelu": (lambda s: {"x": normal(*s)}, {"approximate": "tanh"}, (), 21),
+    "Gelu": (lambda s: {"x": normal(*s) * 2}, {}, (), 20),  # approximate="none": through erf
     "PRelu": (lambda s: {"x": normal(*s), "slope": positive(s[-1], seed=1)}, {}, (), 21),
     "Clip": (lambda s: {"x": normal(*s), "min": scalar(-0.3), "max": scalar(0.6)}, {}, ("min", "max"), 21),
     "Shrink": (lambda s: {"x": normal(*s)}, {"lambd": 0.4, "bias": 0.4}, (), 21),
@@ -80,7 +81,7 @@ def test_every_operator_of_the_table_is_tested():
 @pytest.mark.parametrize(("op", "attributes"), [
     ("LeakyRelu", {"alpha": 0.3}), ("Elu", {"alpha": 0.5}), ("Celu", {"alpha": 2.5}),
     ("Selu", {"alpha": 1.5, "gamma": 0.7}), ("HardSigmoid", {"alpha": 0.4, "beta": 0.3}),
-    ("Swish", {"alpha": 1.7}), ("Swish", {}), ("Gelu", {"approximate": "tanh"}),
+    ("Swish", {"alpha": 1.7}), ("Swish", {}), ("Gelu", {"approximate": "tanh"}), ("Gelu", {"approximate": "none"}),
 ])
 def test_attributes_are_honoured(op, attributes):
     opset = 24 if op == "Swish" else 21
@@ -177,6 +178,14 @@ def test_cast_converts_as_ort_does(source, target):
     check_node("Cast", {"x": x}, {"to": target}, rtol=0, atol=0)
 
 
+def test_gelu_is_written_with_erf_or_its_tanh_approximation():
+    x = {"x": np.linspace(-6, 6, 97, dtype=np.float32)}
+    assert "0.5 * x[{0}] * (1 + erf(x[{0}] * 0.70710677))" in check_node("Gelu", x, opset=20, rtol=3e-7, atol=1e-7)
+    assert "tanh(0.7978846 * (x[{0}] + 0.044715 * x[{0}] * x[{0}] * x[{0}]))" in check_node(
+        "Gelu", x, {"approximate": "tanh"}, opset=20)
+    assert "= erf(x[{0}])" in check_node("Erf", x, rtol=0, atol=6e-8)  # within an ulp of ONNX Runtime's
+
+
 def test_castlike_takes_the_dtype_of_its_second_input():
     check_node("CastLike", {"x": normal(4, 8) * 9, "like": np.zeros(1, np.int32)}, rtol=0, atol=0)
 
@@ -192,7 +201,7 @@ X = Value("x", "f32", (3, 5, 7))
 
 
 @pytest.mark.parametrize(("op", "inputs", "attributes", "feature", "says"), [
-    ("Gelu", [X], {}, "function", "erf"),
+    ("Gelu", [X], {"approximate": "exact"}, "invalid", '"none" and "tanh"'),
     ("Pow", [X, Value("e", "f32", ())], {}, "function", "computed exponent"),
     ("Pow", [X, Value("e", "f32", (), np.array(1.5, np.float32))], {}, "function", "exponent 1.5"),
     ("Pow", [X, Value("e", "f32", (2,), np.array([2, 3], np.float32))], {}, "function", "differing"),

@@ -3,12 +3,14 @@ members did, one after another."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pytest
 
 from dojo_ir import interpret, load
+from libgen.onnx.catalogue import kernel_for
 from libgen.onnx.fuse import fuse_graph, join
 from libgen.onnx.nodes import Kernel, Node, Value, broadcast, loops
 from tests.onnx.single_node import normal
@@ -296,6 +298,24 @@ def test_a_value_read_by_lines_that_become_one_is_written_into_it() -> None:
     feeds = {"x": normal(3, 5), "b": normal(5, seed=1)}
     [(_, kernel)] = assert_fusion_keeps_results(nodes, feeds, ["y"])
     assert kernel.temporaries == [] and len(kernel.lines) == 1
+
+
+def test_the_exporters_erf_gelu_is_one_kernel_of_one_line() -> None:
+    """torch's exporter writes GELU as five nodes, x / sqrt(2), Erf, + 1, times x, times 0.5, with
+    constant scalars; with the catalogue's kernels they join into one line."""
+    def scalar(name: str, number: float) -> Value:
+        return Value(name, "f32", (), np.array(number, np.float32))
+
+    x, d, e, a, m, y = (value(name, 3, 8) for name in ("x", "d", "e", "a", "m", "y"))
+    nodes = [node("Div", [x, scalar("root2", 1.4142135)], d), node("Erf", [d], e),
+             node("Add", [e, scalar("one", 1)], a), node("Mul", [x, a], m), node("Mul", [m, scalar("half", 0.5)], y)]
+    [(covered, kernel)] = fuse_graph([(n, kernel_for(n)) for n in nodes], ["y"])
+    assert len(covered) == 5 and kernel.temporaries == [] and len(kernel.lines) == 1 and "erf(" in kernel.lines[0]
+    values = {"x": normal(3, 8) * 3}
+    run_kernel(kernel, values)
+    wide = values["x"].astype(np.float64)
+    expected = 0.5 * wide * (1 + np.vectorize(math.erf)(wide / np.float32(1.4142135)))
+    np.testing.assert_allclose(values["y"], expected, rtol=1e-6, atol=1e-7)
 
 
 def test_a_product_accumulates_onto_its_bias_and_residual() -> None:

@@ -116,6 +116,20 @@ def test_an_encoder_layer_shares_buffers_between_values_that_do_not_live_at_once
     assert runner.planned_bytes < apart / 2
 
 
+@pytest.mark.parametrize("form", ["erf", "none"])
+def test_an_encoder_with_the_exact_gelu_runs_wholly_on_its_library(form: str, tmp_path: Path) -> None:
+    """GELU through erf, as torch's exporter writes it (Div, Erf, Add, Mul, Mul) and as the Gelu
+    operator: every node has a kernel, fused or not, and the compiled vector erf gives ONNX Runtime's
+    outputs."""
+    model = encoder_layer(**SMALL["encoder"], gelu_form=form)
+    for fuse in (False, True):
+        path, library = library_of(model, tmp_path, f"mr_gelu_{form}{'_fused' * fuse}", fuse=fuse)
+        runner = ModelRunner(path, library, fuse=fuse)
+        assert set(runner.placement.values()) == {"library", "view"}
+        assert any("erf(" in text for text in import_model(path, fuse=fuse).kernels.values())
+        assert_runs_as_onnxruntime(runner, path)
+
+
 def test_resizes_around_a_convolution_run_on_the_library(tmp_path: Path) -> None:
     path, library = library_of(upsample_block(**SMALL["upsample"]), tmp_path, "mr_upsample")
     runner = ModelRunner(path, library)

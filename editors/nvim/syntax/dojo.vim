@@ -1,4 +1,4 @@
-" Syntax of PerfDojo kernels (`.dojo`, FORMAT.md version 1).
+" Syntax of PerfDojo kernels (`.dojo`, FORMAT.md version 1.1).
 if exists("b:current_syntax")
   finish
 endif
@@ -6,7 +6,7 @@ endif
 syn keyword dojoKernel kernel
 syn keyword dojoType f32 f64 i32 i64
 syn keyword dojoLocation heap stack shared
-syn keyword dojoFunction exp log sqrt abs tanh
+syn keyword dojoFunction exp log sqrt abs tanh erf
 " max and min are functions before "(" and reductions before "=".
 syn match dojoFunction "\<\(max\|min\)\ze\s*("
 syn keyword dojoConstant inf

@@ -5,9 +5,9 @@ defines (multidirectional, shapes aligned on the right).
     # 3 5 7 y[{0},{1},{2}] = max(x[{0},{1},{2}], 0) + 0.1 * min(x[{0},{1},{2}], 0)
 
 FORMULAS is the table: each operator's scalar formula over its operands, written with the
-format's functions only (exp log sqrt abs tanh max min) so that it is exact, not approximated.
+format's functions only (exp log sqrt abs tanh erf max min) so that it is exact, not approximated.
 Selections that ONNX writes with comparisons become max/min (LeakyRelu = max(x,0) + a*min(x,0));
-an attribute value that would need a comparison, erf or pow raises Unsupported. A constant scalar
+an attribute value that would need a comparison or pow raises Unsupported. A constant scalar
 operand (an initializer such as Div's sqrt(d)) becomes a literal, so that the kernel has one
 input fewer and reads as the formula; any other operand is an input of the kernel.
 
@@ -88,10 +88,13 @@ def nested(function: str, operands: list[str]) -> str:
 
 
 def gelu(t: Terms) -> str:
-    if t.node.attr("approximate", "none") != "tanh":
-        raise Unsupported("function", 'Gelu with approximate="none" needs erf, which the format does not have')
-    x = t[0]
-    return f"0.5 * {x} * (1 + tanh({t.literal(np.sqrt(2 / np.pi))} * ({x} + 0.044715 * {x} * {x} * {x})))"
+    """x Phi(x) with Phi the normal distribution: through erf, or its tanh approximation."""
+    x, approximate = t[0], t.node.attr("approximate", "none")
+    if approximate == "none":
+        return f"0.5 * {x} * (1 + erf({x} * {t.literal(np.sqrt(0.5))}))"
+    if approximate == "tanh":
+        return f"0.5 * {x} * (1 + tanh({t.literal(np.sqrt(2 / np.pi))} * ({x} + 0.044715 * {x} * {x} * {x})))"
+    raise Unsupported("invalid", f'Gelu with approximate="{approximate}": ONNX defines "none" and "tanh"')
 
 
 def clip(t: Terms) -> str:
@@ -161,6 +164,7 @@ FORMULAS: dict[str, Formula] = {
     "Log": Formula(lambda t: f"log({t[0]})"),
     "Sqrt": Formula(lambda t: f"sqrt({t[0]})"),
     "Tanh": Formula(lambda t: f"tanh({t[0]})"),
+    "Erf": Formula(lambda t: f"erf({t[0]})"),
     "Reciprocal": Formula(lambda t: f"1 / {t[0]}"),
     "Relu": Formula(lambda t: f"max({t[0]}, 0)", integers=True),
     "Sigmoid": Formula(lambda t: sigmoid(t[0])),
