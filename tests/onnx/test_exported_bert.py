@@ -111,3 +111,25 @@ def test_a_symbolic_input_needs_its_shape_to_run(bert: tuple[Path, Path]) -> Non
         pytest.skip("exported at fixed shapes")
     with pytest.raises(RunError, match="input `ids` has no fixed shape; give it one with --input-shape ids=D,D"):
         ModelRunner(path, library)
+
+
+def test_the_command_runs_it_at_the_shapes_given(bert: tuple[Path, Path], tmp_path: Path) -> None:
+    path, library = bert
+    given = feeds(2)
+    np.savez(tmp_path / "in.npz", **given)
+    shapes = [option for name, shape in SHAPES.items()
+              for option in ("--input-shape", f"{name}={','.join(map(str, shape))}")]
+
+    def dojo(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "server.cli", "model", "run", str(path), "--library", str(library),
+                               "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "out.npz"), *extra],
+                              cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+    done = dojo(*shapes)
+    assert done.returncode == 0, done.stderr
+    (want,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, given)
+    got = np.load(tmp_path / "out.npz")["last_hidden_state"]
+    assert np.max(np.abs(got - want)) <= 1e-4 * np.max(np.abs(want))
+    refused = dojo("--input-shape", "ids=1,-3")
+    assert refused.returncode == 1
+    assert refused.stderr.strip().endswith("--input-shape ids=1,-3: every size must be at least 1")

@@ -198,3 +198,17 @@ def test_a_varying_boolean_constant_becomes_a_derived_constant() -> None:
                                            "low": np.array(-INF, np.float32)})
     imported = check(model, feeds)
     assert list(imported.constants) == ["causal.i64"]
+
+
+FINITE_OR_INFINITE = st.floats(width=32, allow_nan=False) | st.sampled_from([INF, -INF, 0.0, -0.0])
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 3), FINITE_OR_INFINITE, FINITE_OR_INFINITE), min_size=1, max_size=10))
+def test_tensors_are_selected_exactly_infinities_included(rows: list[tuple[int, float, float]]) -> None:
+    mask, a, b = (np.array(column, dtype) for column, dtype in zip(zip(*rows, strict=True),
+                                                                   (np.int64, np.float32, np.float32), strict=True))
+    feeds = {"mask": mask, "a": a, "b": b}
+    nodes = where_of([helper.make_node("Cast", ["mask"], ["m"], name="/cast", to=TensorProto.BOOL),
+                      helper.make_node("Not", ["m"], ["c"], name="/not")])
+    check(model_of(nodes, feeds, ["y"]), feeds)
