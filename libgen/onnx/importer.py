@@ -516,6 +516,7 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False,
 
     inside = computed_inside(graph, names, computes)
     skipped = [s for s in skipped if s.node not in inside]
+    graph_nodes = [(node, kernel) for node, kernel in graph_nodes if node.name not in inside]
     for record in records:
         if record["name"] in inside:
             record["unsupported"], record["computed_in"] = None, inside[record["name"]]

@@ -43,6 +43,7 @@ import numpy as np
 import onnx
 
 from .nodes import Derived, Kernel, Node, Unsupported, Value, broadcast, broadcast_shape, fresh_name, loops, number
+from .ops.reduce import softmax_empty_rows_zero
 from .reads import used_names
 
 BOOL = onnx.TensorProto.BOOL
@@ -176,6 +177,9 @@ def select_kernel(node: onnx.NodeProto, name: str, opset: int, graph: Graph) -> 
     """The kernel of a Where (or a Cast of a boolean), its condition computed inside; the
     catalogue's node of what the kernel reads; and the boolean nodes the kernel computes.
     Unsupported when the condition or the values cannot be written exactly."""
+    guarded = _guarded_softmax(node, name, opset, graph)
+    if guarded is not None:
+        return guarded
     kernel = Kernel(node.op_type.lower())
     y = graph.value(node.output[0])
     writer = _Writer(kernel, graph, "i64")  # i32 values convert to it exactly
@@ -197,6 +201,32 @@ def select_kernel(node: onnx.NodeProto, name: str, opset: int, graph: Graph) -> 
     kernel.loop(y.shape, ys.at(index), "=", expression)
     inputs = tuple(value for value, _ in writer.reads if value.name in kernel.sources.values()) + tuple(operands)
     return Node(name, node.op_type, inputs, (y,), {}, opset), kernel, writer.inside
+
+
+def _guarded_softmax(node: onnx.NodeProto, name: str, opset: int, graph: Graph
+                     ) -> tuple[Node, Kernel, set[str]] | None:
+    """Where(IsNaN(s), 0, s) of a float Softmax s, as torch's scaled_dot_product_attention zeroes
+    the rows a mask empties: one softmax kernel that makes those rows 0 (reduce.py), computing the
+    IsNaN and the Softmax inside. None for any other Where."""
+    if node.op_type != "Where" or len(node.input) != 3 or node.input[0] not in graph.makers:
+        return None
+    test, test_name = graph.makers[node.input[0]]
+    zero = graph.constant(node.input[1])
+    if test.op_type != "IsNaN" or test.input[0] != node.input[2] or node.input[2] not in graph.makers \
+            or zero is None or zero.size != 1 or zero.item() != 0:
+        return None
+    softmax, softmax_name = graph.makers[node.input[2]]
+    if softmax.op_type != "Softmax" or softmax.domain not in ("", "ai.onnx"):
+        return None
+    x, y = graph.value(softmax.input[0]), graph.value(node.output[0])
+    if x.dtype in INTEGERS or x.shape != y.shape:
+        return None
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in softmax.attribute}
+    inner = Node(name, "Softmax", (x,), (y,), attributes, opset)
+    kernel = softmax_empty_rows_zero(inner)
+    kernel.notes.append("The Where computes a Softmax y and Where(IsNaN(y), 0, y): a row of -inf only gives 0; a row "
+                        "holding a NaN or +inf gives NaN, where the model gives 0.")
+    return inner, kernel, {test_name, softmax_name}
 
 
 def _select(kernel: Kernel, c: str, operands: list[Value], dtype: str, index: list[str]) -> str:

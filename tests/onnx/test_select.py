@@ -212,3 +212,36 @@ def test_tensors_are_selected_exactly_infinities_included(rows: list[tuple[int, 
     nodes = where_of([helper.make_node("Cast", ["mask"], ["m"], name="/cast", to=TensorProto.BOOL),
                       helper.make_node("Not", ["m"], ["c"], name="/not")])
     check(model_of(nodes, feeds, ["y"]), feeds)
+
+
+def guarded_softmax(outputs: Sequence[str] = ("y",)) -> onnx.ModelProto:
+    """Where(IsNaN(s), 0, s) after a Softmax s, as torch's scaled_dot_product_attention writes it."""
+    nodes = [helper.make_node("Softmax", ["x"], ["s"], name="/softmax", axis=-1),
+             helper.make_node("IsNaN", ["s"], ["c"], name="/isnan"),
+             helper.make_node("Where", ["c", "zero", "s"], ["y"], name="/where")]
+    graph = helper.make_graph(nodes, "guard", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+                              [numpy_helper.from_array(np.array([0], np.float32), "zero")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_softmax_guarded_against_empty_rows_is_one_kernel_that_zeroes_them() -> None:
+    x = np.random.default_rng(0).standard_normal((2, 3, 5)).astype(np.float32)
+    x[0, 1, :] = -INF  # a row the mask emptied: NaN in the softmax, 0 after the guard
+    x[1, 2, 1:] = -INF
+    model = guarded_softmax()
+    imported = import_model(model)
+    assert imported.skipped == () and [call.nodes for call in imported.calls] == [("/where",)]
+    assert {r["name"]: r.get("computed_in") for r in imported.nodes} == {
+        "/softmax": ["/where"], "/isnan": ["/where"], "/where": None}
+    assert "a row holding a NaN or +inf gives NaN, where the model gives 0" in imported.kernels["softmax"]
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = run_imported(imported, model, {"x": x})["y"]
+    assert np.all(got[0, 1] == 0) and np.all(want[0, 1] == 0)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_a_softmax_read_elsewhere_keeps_its_kernel() -> None:
+    imported = import_model(guarded_softmax(outputs=("y", "s")))
+    assert [call.nodes for call in imported.calls] == [("/softmax",), ("/where",)]
+    assert [s.node for s in imported.skipped] == []  # the IsNaN is computed inside the Where's kernel
