@@ -11,7 +11,8 @@ import runs on the library's kernel of its name only when that kernel was built 
 model or another import never computes something else. Reshape, Flatten, Squeeze, Unsqueeze and
 Identity are numpy views of their input; nodes of constant inputs only (Constant, what the import
 folds) are computed once, when the runner is made, and so are the constants the import derives
-(a Conv's weights with a BatchNormalization folded in); every other node runs on ONNX Runtime: one
+(a Conv's weights with a BatchNormalization folded in) and the Shape or Size of a value of static
+shape; every other node runs on ONNX Runtime: one
 session per run of consecutive such nodes, built once, with as many intra-op threads as the
 process has cores. Every value of static shape has a 64-byte aligned buffer, planned once, that
 the library's kernels and ONNX Runtime (through an IOBinding) write in place, so a run only copies
@@ -119,7 +120,14 @@ class ModelRunner:
             _classify(unit, self._nodes, library, held, self.infos)
         units = _needed(_ordered(units), self.outputs)
         for unit in units:
-            if unit.kind == "onnxruntime" and all(n in self._constants for n in unit.inputs) and not any(
+            known = _static_shape(unit, self._nodes, self.infos)
+            if known is not None:  # a Shape of a value of static shape, as the import folds it
+                self._constants[unit.outputs[0]], unit.kind = known, "constant"
+            elif unit.kind == "view" and unit.inputs[0] in self._constants:  # shape arithmetic goes on
+                self._constants[unit.outputs[0]] = self._constants[unit.inputs[0]].reshape(
+                    self.infos[unit.outputs[0]].shape)
+                unit.kind = "constant"
+            elif unit.kind == "onnxruntime" and all(n in self._constants for n in unit.inputs) and not any(
                     self._nodes[i].op_type in RANDOM for i in unit.nodes):
                 self._constants.update(zip(unit.outputs, self._session(unit, self._constants).run(None, {}),
                                            strict=True))
@@ -304,6 +312,19 @@ def model_inputs(model: onnx.ModelProto, infos: Mapping[str, Info], name: str) -
                                f"{value.name}=D,D,... (as to `dojo import`)")
             inputs[value.name] = infos[value.name]
     return inputs
+
+
+def _static_shape(unit: _Unit, nodes: Sequence[onnx.NodeProto], infos: Mapping[str, Info]) -> np.ndarray | None:
+    """The output of a unit that is one Shape or Size node of a value of static shape, else None."""
+    node = nodes[unit.nodes[0]]
+    if unit.kind != "onnxruntime" or len(unit.nodes) != 1 or node.op_type not in ("Shape", "Size") \
+            or node.domain not in ("", "ai.onnx") or _shape(infos, node.input[0]) is None:
+        return None
+    dims = _shape(infos, node.input[0])
+    if node.op_type == "Size":
+        return np.array(math.prod(dims), np.int64)
+    attributes = {a.name: a.i for a in node.attribute}
+    return np.array(dims[attributes.get("start", 0):attributes.get("end", len(dims))], np.int64)
 
 
 def _shape(infos: Mapping[str, Info], name: str) -> Shape | None:

@@ -93,7 +93,8 @@ def test_it_runs_on_its_library_as_onnxruntime_does(bert: tuple[Path, Path]) -> 
     runner = ModelRunner(path, library, input_shapes=SHAPES)
     placed = _placed(runner, path)
     assert {"MatMul", "Erf", "Where"} <= {onnx_op for onnx_op, where in placed if where == "library"}
-    assert not {"Softmax", "IsNaN", "Erf", "MatMul"} & {onnx_op for onnx_op, where in placed if where == "onnxruntime"}
+    # the embeddings' lookups only: the Shapes of the mask are constants, as the import folds them
+    assert {onnx_op for onnx_op, where in placed if where == "onnxruntime"} <= {"Gather", "GatherElements", "GatherND"}
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for seed in (0, 1, 2, TOKENS - 1):  # a shorter mask each time, at last none: the attention's guard zeroes it
         given = feeds(seed)
