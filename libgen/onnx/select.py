@@ -3,8 +3,8 @@ logic that make its condition computed in the same kernel, so that no boolean cr
 boundary (the format has no boolean dtype, no comparison and no select).
 
     node, kernel, inside = select_kernel(where, "/attn/Where", opset, graph)
-    # c i64 [1, 1, 1, 128] = abs(max(min(mask[...], 1), -1))      the condition, 0 or 1
-    # y f32 [1, 1, 128, 128] = 0 + log(c[...])                     0 where c, -inf elsewhere
+    # c i64 [1, 1, 1, 128] = abs(max(min(m[...], 1), -1))       the condition, 0 or 1
+    # y f32 [1, 1, 128, 128] = log(c[...])                       0 where c, -inf elsewhere
 
 The condition is an expression over integer values, written in integer arithmetic into a
 temporary `c` of 0s and 1s at the broadcast shape of the values it reads. Each form is exact for
@@ -19,19 +19,24 @@ operands are equal:
 
 Expand and Identity of booleans pass through (broadcasting is elementwise); constant booleans
 (folded at import) are literals when uniform, else a derived constant of 0s and 1s. The select
-then writes, for c in {0, 1}:
+is the sum of one part per value, its value where chosen and 0 elsewhere (chosen = c for a,
+1 - c for b):
 
-    c * a + (1 - c) * b            a, b finite (integers: any)
-    a + log(c), a - log(c)         b = -inf, b = +inf (a finite): log(0) = -inf
-    b + log(1 - c), b - log(1 - c) a = -inf, a = +inf
-    log(1 - c) - log(c)            a = -inf, b = +inf (and its mirror)
+    chosen * v                              a finite constant v (integers: any value)
+    log(1 - chosen), -log(1 - chosen)       a constant -inf, +inf: log(0) = -inf, log(1) = 0
+    min(max(v, log(1 - chosen)), -log(1 - chosen))   a float tensor v: clamped to [0, 0] where
+                                            not chosen, so that an infinity there adds 0
 
-These are exact where the operand not selected is finite: a tensor operand that holds an
-infinity or a NaN where it is not selected makes a NaN (0 * inf), which the kernel's header says.
-Refused, with the reason: comparing floats (the format's arithmetic propagates NaN and makes
-inf - inf NaN, so no exact comparison exists), IsNaN and IsInf of floats and Cast of floats to
-BOOL (no function of the format tells a NaN apart), and booleans made by other operators (a
-Gather of booleans runs on ONNX Runtime; its result cannot enter a kernel).
+That is exact for every value but a NaN in the value not selected, which shows through (every
+function of the format propagates NaN); the kernel's header says so when a value is a tensor.
+One guard is recognised whole: Where(IsNaN(s), 0, s) of a Softmax s, which torch's
+scaled_dot_product_attention writes to zero the rows a mask empties, is a softmax kernel that
+makes those rows 0 (ops/reduce.py's softmax_empty_rows_zero). Refused, with the reason:
+comparing floats (the format's arithmetic propagates NaN and makes inf - inf NaN, so no exact
+comparison exists), other IsNaN and IsInf of floats and Cast of floats to BOOL (no function of
+the format tells a NaN apart), and booleans made by other operators (a Gather of booleans runs on
+ONNX Runtime; its result cannot enter a kernel). `casts_late` moves a Cast to BOOL after the
+Gathers and Reshapes of torch.onnx's mask, so that the Gathers move integers instead.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from .reads import used_names
 
 BOOL = onnx.TensorProto.BOOL
 INTEGERS = ("i32", "i64")
+CONDITION = "i64"  # the dtype the condition is computed in: i32 values convert to it exactly
 COMPARISONS = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"}
 LOGIC = {"Not": 1, "And": 2, "Or": 2, "Xor": 2}
 PASSING = {"Identity", "Expand"}  # a boolean read elementwise, broadcast at most
@@ -83,8 +89,8 @@ def selects(node: onnx.NodeProto, graph: Graph) -> bool:
 class _Writer:
     """The condition's text in integer arithmetic, its kernel's inputs declared as it goes."""
 
-    def __init__(self, kernel: Kernel, graph: Graph, dtype: str):
-        self.kernel, self.graph, self.dtype = kernel, graph, dtype
+    def __init__(self, kernel: Kernel, graph: Graph):
+        self.kernel, self.graph = kernel, graph
         self.reads: list[tuple[Value, Callable[[list[str]], str]]] = []  # each input and how to index it
         self.inside: set[str] = set()  # the boolean nodes the condition computes
 
@@ -121,7 +127,7 @@ class _Writer:
         if value.dtype not in INTEGERS:
             raise Unsupported("control flow", f"{what} ({value.dtype}): {why}")
         if value.constant is not None and value.constant.size == 1:
-            literal = number(value.constant.item(), self.dtype)
+            literal = number(value.constant.item(), CONDITION)
             return lambda i: literal
         array = self.kernel.input(value, "m")
         self.reads.append((value, lambda i: array.at(broadcast(value.shape, i))))
@@ -131,7 +137,7 @@ class _Writer:
         if np.all(array == array.flat[0]):
             bit = str(int(bool(array.flat[0])))
             return lambda i: bit
-        value = Value(f"{name}.{self.dtype}", self.dtype, tuple(array.shape))
+        value = Value(f"{name}.{CONDITION}", CONDITION, tuple(array.shape))
         derived = Derived(array.astype(np.int64), (name,),
                           f"`{name}`, a boolean constant, as 0 and 1")
         kernel_array = self.kernel.derived_input(value, derived, "k")
@@ -182,10 +188,10 @@ def select_kernel(node: onnx.NodeProto, name: str, opset: int, graph: Graph) -> 
         return guarded
     kernel = Kernel(node.op_type.lower())
     y = graph.value(node.output[0])
-    writer = _Writer(kernel, graph, "i64")  # i32 values convert to it exactly
+    writer = _Writer(kernel, graph)
     condition = writer.boolean(node.input[0])
     shape = broadcast_shape(*(value.shape for value, _ in writer.reads))
-    c = kernel.temporary("c", "i64", shape)
+    c = kernel.temporary("c", CONDITION, shape)
     kernel.loop(shape, c.at(loops(len(shape))), "=", condition(loops(len(shape))))
     index = loops(y.rank)
     chosen = c.at(broadcast(shape, index))
