@@ -73,6 +73,8 @@ bench: install $(BENCH_STAMP)
 	$(BIN)/python bench/quickfix_walk.py
 	$(BIN)/python bench/lsp_speed.py
 	$(BIN)/python bench/codegen_speed.py
+	$(BIN)/python bench/erf.py
+	$(BIN)/python bench/vector_width.py
 	$(BIN)/python bench/tune_library.py --runs heuristic sa:heuristic --budget 64 \
 	    --report bench/results/convergence_paper.md
 	$(BIN)/python bench/library.py --tuned bench/results/tuned --tvm-trials 64

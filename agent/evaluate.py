@@ -22,6 +22,7 @@ its moves) are as they were when it was written.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -92,11 +93,20 @@ class Evaluation:
                    d.get("error"), float(d.get("wall_s", 0.0)))
 
 
+def log_text(path: Path) -> str:
+    """A log's text. A finished log kept compressed (`NAME.jsonl.gz`, gzip, as bench/results keeps
+    its runs) reads the same, named with `.gz` or without."""
+    packed = path if path.suffix == ".gz" else path.with_name(path.name + ".gz")
+    if packed is not path and (path.exists() or not packed.exists()):
+        return path.read_text(encoding="utf-8")
+    return gzip.decompress(packed.read_bytes()).decode("utf-8")
+
+
 def read_log(path: Path) -> tuple[dict[str, Any] | None, list[Evaluation]]:
     """A log's first line (None in a log older than it) and its evaluations, in order; a torn line
-    (a crash while writing) is left out."""
+    (a crash while writing) is left out. `log_text` says which files it reads."""
     header, evaluations = None, []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+    for number, line in enumerate(log_text(path).splitlines()):
         try:
             record = json.loads(line)
             if number == 0 and isinstance(record, dict) and "spec" in record:

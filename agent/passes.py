@@ -16,9 +16,10 @@ The three strategies of the paper's section 4.1:
   of vector accumulators that fits the registers (which also hides the latency of the
   dependent updates as section 4.1's tiling does), tails where the tile does not divide,
   blocks of the reduction whose panel of the streamed operand fits the private cache, and that
-  panel packed; fuses and reuses, accumulates the other reductions in registers
-  (`accumulate`), vectorises the innermost scopes, and parallelises the outermost parallel
-  scope.
+  panel packed; fuses and reuses (a temporary keeps the row that fused operations share, so
+  that they can be split apart again and each vectorised), accumulates the other reductions in
+  registers (`accumulate`), vectorises the innermost scopes, and parallelises the outermost
+  parallel scope.
 
 Each pass returns move strings, which `dojo_ir.derivation.advance` or a recorded derivation
 replays. A pass only ever plays moves that are legal where it plays them and skips a step that
@@ -40,6 +41,7 @@ from dojo_ir.moves import Move, apply, find, why_not
 from dojo_ir.moves.set_location import CAPACITY
 from dojo_ir.paths import without_comments
 from dojo_ir.tree import DTYPE_BYTES, Access, Op, Scope
+from runner.roofline import measured_machine
 
 from . import methods
 
@@ -151,7 +153,7 @@ def heuristic(program: Program, target: Target | str = "native") -> list[str]:
     _align_for_fusion(state, chosen)
     _exhaust(state, ("join_scopes",))
     _accumulate(state)  # before reuse_dims: an accumulator of a folded stack target adds nothing
-    _fuse_and_reuse(state)
+    _fuse_and_reuse_keeping_rows(state, chosen)
     _vectorize(state, chosen)
     _pad_rows(state)
     _parallelize(state, chosen)
@@ -269,6 +271,40 @@ def _align_for_fusion(state: _State, target: Target) -> None:
             state.play_all([f"swap_scopes(op={site.label}, depth={d})" for d in range(match - 1, -1, -1)])
 
 
+def _fuse_and_reuse_keeping_rows(state: _State, target: Target) -> None:
+    """`_fuse_and_reuse`, but a temporary keeps its row along an innermost scope that fusion shares
+    between several operations (a bias add and the GELU that reads it): folded to one element
+    there, it ties them to one scalar loop, since splitting them apart again (`_vectorize`'s
+    fission) would need the row; kept, on the stack and in the first-level cache, each operation
+    gets a vector loop of its own (bias + tanh-GELU at 512 x 768: 41x over the spec, where the
+    folded scalar loop gained 1-2x)."""
+    if target.language != "c":
+        _fuse_and_reuse(state)
+        return
+    for _ in range(_MAX_STEPS):
+        legal = state.find(lambda m: m.name == "join_scopes"
+                           or (m.name == "reuse_dims" and not _along_a_shared_row(state, m)))
+        if not legal or not state.play(legal[0]):
+            break
+    _to_stack(state)
+
+
+def _along_a_shared_row(state: _State, move: Move) -> bool:
+    """Whether `move` (a `reuse_dims`) folds a dimension that some access indexes with the variable
+    of a sequential innermost scope holding several operations."""
+    buffer, dim = move.arg("buffer"), move.arg("dim")
+    for site in _sites(state):
+        row = site.chain[-1] if site.chain else None
+        if row is None or row.kind or sum(isinstance(n, Op) for n in row.body) < 2:
+            continue
+        inner = len(site.chain) - 1
+        for access in (site.op.target, *site.op.reads):
+            if state.program.buffer_of[access.array].name == buffer and len(access.index) > dim \
+                    and _uses_at(access, dim, inner):
+                return True
+    return False
+
+
 def _accumulate(state: _State) -> None:
     """Keep each reduction's partial result in a register over the scopes its target does not use."""
     done: set[str] = set()
@@ -312,7 +348,8 @@ def _divisors(n: int, most: int) -> list[int]:
     return [d for d in range(1, min(n, most) + 1) if n % d == 0]
 
 
-def tile_shape(rows: int, vectors: int, registers: int, per_vector: int = 1, cores: int = 1) -> tuple[int, int]:
+def tile_shape(rows: int, vectors: int, registers: int, per_vector: int = 1, cores: int = 1,
+               in_flight: int = 1) -> tuple[int, int]:
     """The register tile of a blocked reduction: R of `rows` by W of `vectors` accumulators, whose
     live values fit in `registers` (`_live_registers`: one more and the compiler spills an
     accumulator in the inner loop), that loads least per multiply-add: each step loads W vectors
@@ -322,17 +359,33 @@ def tile_shape(rows: int, vectors: int, registers: int, per_vector: int = 1, cor
     panel, one 6 rows deep does not). Each side that does not divide its extent counts TAIL_COST
     more (its tail is a loop nest of its own, with a smaller tile); more accumulators first,
     then more rows, on a tie. With `cores` above 1 the column blocks (`vectors / W`) are what
-    the cores share, so a tile that shares them out evenly comes first."""
+    the cores share, so a tile that shares them out evenly comes first. A core issues a
+    multiply-add only when one of `in_flight` (its FMA latency times its FMA ports,
+    `fma_in_flight`) has finished, so a tile of fewer accumulators waits on them: its cost grows
+    by `in_flight` over its accumulators."""
     shapes = [(r, w) for r in range(1, min(rows, registers) + 1) for w in range(1, min(vectors, registers) + 1)
               if _live_registers(r, w, per_vector) <= registers]
 
     def cost(rw: tuple[int, int]) -> tuple:
         r, w = rw
         tails = (rows % r > 0) + (vectors % w > 0)
+        latency = max(1.0, in_flight / (r * w * per_vector))
         return (cores > 1 and not _balanced(vectors // w, cores),  # the tail's block is a loop nest of its own
-                (STREAMED_LOAD_COST / r + 1 / w) * (1 + TAIL_COST * tails), -r * w, -r)
+                (STREAMED_LOAD_COST / r + 1 / w) * (1 + TAIL_COST * tails) * latency, -r * w, -r)
 
     return min(shapes, key=cost)
+
+
+def fma_in_flight(target: Target) -> int:
+    """The independent multiply-adds a core must have under way to issue one as often as its FMA
+    ports allow (latency x ports), which no vendor table gives: this machine's, as `dojo machine`
+    measured it (`runner.roofline`), for a C target that runs here without an emulator; 1, no
+    constraint, for any other target or before the machine has been measured (a pass never starts
+    a measurement: it takes seconds and both cores)."""
+    if target.language != "c" or target.launcher or not target.runnable():
+        return 1
+    machine = measured_machine()
+    return 1 if machine is None else machine.fma_in_flight
 
 
 def _register_block(state: _State, target: Target) -> None:
@@ -391,7 +444,7 @@ def _block(state: _State, label: str, target: Target) -> bool:
     outer = [chain[d].size for d in range(n - 1) if roles[d].startswith("s") and d != row and d not in reductions]
     sharing = 1 if any(_balanced(size, target.cores) for size in outer if size > 1) else target.cores
     r, w = tile_shape(chain[row].size, chain[n - 2].size if split else 1, target.vector_registers, per_vector,
-                      sharing)
+                      sharing, fma_in_flight(target))
     panel_row = w * chain[-1].size * _op_bytes(state.program, op)  # one step's vectors of the streamed operand
     block = reduction_block(chain[longest].size, panel_row, target)
     roles[row], roles[longest] = "I", "K"

@@ -21,8 +21,8 @@ so the first 100 evaluations of a 200-evaluation run are not a 100-evaluation ru
 runs per budget compare one run's luck with another's, which once made sa at 200 look worse than
 sa at 100.)
 
-Each run is saved as it finishes, in `--runs`/KERNEL/METHOD-seedS.jsonl (the evaluator's log: one
-Evaluation a line) with METHOD-seedS.json beside it (the budget, the spec's hash and, for the
+Each run is saved as it finishes, in `--runs`/KERNEL/METHOD-seedS.jsonl.gz (the evaluator's log, one
+Evaluation a line, compressed) with METHOD-seedS.json beside it (the budget, the spec's hash and, for the
 agent, the hash of the checkpoint's policy); a run already saved with the same budget, spec and
 policy is not run again, so the benchmark can be run a few methods at a time, and another
 checkpoint redoes the agent's runs only.
@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 from agent.evaluate import Evaluation, Evaluator, read_log, replay_moves, text_hash  # noqa: E402
 from agent.perfllm.checkpoint import POLICY, SHIPPED  # noqa: E402
 from agent.search import METHODS, make_graph  # noqa: E402
-from bench.sections import machine  # noqa: E402
+from bench.sections import archive_log, machine  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
 from dojo_ir import Program, load  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
@@ -88,7 +88,7 @@ def run_files(runs: Path, kernel: str, method: str, seed: int) -> tuple[Path, Pa
 def load_run(runs: Path, key: Key, wanted: dict) -> Run | None:
     """The run saved for `key` if its description has everything of `wanted`, else None."""
     log, described = run_files(runs, *key)
-    if not (log.is_file() and described.is_file()):
+    if not ((log.is_file() or log.with_name(log.name + ".gz").is_file()) and described.is_file()):
         return None
     saved = json.loads(described.read_text())
     if any(saved.get(k) != v for k, v in wanted.items()):
@@ -125,6 +125,7 @@ def run_and_save(spec: Program, runs: Path, key: Key, budget: int, runner: Runne
     started = time.perf_counter()
     run = run_search(spec, method, budget, seed, runner, checkpoint, partial)
     os.replace(partial, log)
+    archive_log(log)
     write_atomically(description, json.dumps(described | {
         "evaluations": len(run) - 1, "wall_s": round(time.perf_counter() - started, 1),
         "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, indent=1).encode())

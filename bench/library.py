@@ -5,6 +5,8 @@ ONNX Runtime and TVM MetaSchedule, each against the roofline bound of this machi
     python bench/library.py --quick               # small shapes, 8 TVM trials: a smoke run
     python bench/library.py --tuned DIR           # PerfDojo's times from DIR/<kernel>.dojo (`dojo tune` results)
     python bench/library.py --kernels softmax relu --peers torch tvm --tvm-trials 64 --scale 4
+    python bench/library.py --kernels conv2 matmul --peers numpy torch onnxruntime --heuristic --rounds 5
+                                                  # the heuristic pass alone, 5 alternating rounds, paired ratios
     python bench/library.py --convergence a.jsonl b.jsonl    # also plot best time against evaluations
 
 The machine's limits are measured again at the start (`runner.roofline.machine_limits(refresh=True)`). Per
@@ -22,11 +24,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import math
 import multiprocessing
 import os
 import signal
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -37,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.library_plots import best_so_far, plot_convergence, plot_speedups  # noqa: E402,F401
 from codegen.targets import host_caches  # noqa: E402
 from dojo_ir import DojoError, load, random_inputs  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
@@ -161,13 +164,18 @@ def peer_options(peer: str, args: argparse.Namespace) -> dict[str, Any]:
 # -- PerfDojo ---------------------------------------------------------------------------------
 
 
-def perfdojo(kernel: str, spec: Any, tuned_dir: Path | None) -> dict[str, Any]:
-    """PerfDojo's time: the tuned program if there is one, else the spec ("untuned")."""
+def perfdojo(kernel: str, spec: Any, tuned_dir: Path | None, heuristic: bool = False) -> dict[str, Any]:
+    """PerfDojo's time: the heuristic pass's program for this machine (`heuristic`), else the tuned program if
+    there is one, else the spec ("untuned")."""
+    from agent.passes import heuristic as heuristic_pass
+    from dojo_ir.derivation import advance
     from runner.local import LocalRunner
     from runner.measure import measure
 
     program, source = spec, "untuned"
-    if tuned_dir is not None and (tuned_dir / f"{kernel}.dojo").exists():
+    if heuristic:
+        program, source = advance(spec, heuristic_pass(spec, "native")), "heuristic"
+    elif tuned_dir is not None and (tuned_dir / f"{kernel}.dojo").exists():
         path = tuned_dir / f"{kernel}.dojo"
         try:
             program, source = load(path.read_text()), "tuned"
@@ -183,6 +191,48 @@ def perfdojo(kernel: str, spec: Any, tuned_dir: Path | None) -> dict[str, Any]:
         return {"source": source, "failure": f"wrong numbers: max error {result.max_error:.2g}"}
     return {"source": source, "median_s": result.median_s, "min_s": result.min_s, "repeats": result.repeats,
             "compile_s": result.compile_s, "verified": result.verified}
+
+
+def measure_rounds(row: dict[str, Any], kernel: str, spec: Any, shape: dict[str, int], inputs: Any, expected: Any,
+                   args: argparse.Namespace) -> None:
+    """Each peer's and PerfDojo's time into `row`, in `args.rounds` rounds whose order alternates: the median of
+    the rounds' medians, the least minimum, and (`row["paired"]`) PerfDojo's time over the fastest peer's of the
+    same round, one per round."""
+    names = [*args.peers, *([] if args.no_perfdojo else ["PerfDojo"])]
+    medians: dict[str, list[float]] = {name: [] for name in names}
+    minimums: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(args.rounds):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            if name in row["failures"]:
+                continue
+            if name == "PerfDojo":
+                dojo = perfdojo(kernel, spec, args.tuned, args.heuristic)
+                row["perfdojo"] = dojo
+                row["setup"][name] = dojo.get("compile_s", 0.0)
+                ok, median, least, failure = dojo.get("failure") is None, dojo.get("median_s"), dojo.get("min_s"), \
+                    f"{dojo['source']}: {dojo.get('failure')}"
+                shown = f"{format_time(median) if ok else dojo} ({dojo['source']})"
+            else:
+                outcome = run_peer(name, kernel, shape, inputs, expected, args.timeout, peer_options(name, args),
+                                   args.system_malloc)
+                row["setup"][name] = outcome.setup_s
+                ok, median, least, failure = outcome.ok, outcome.median_s, outcome.min_s, outcome.failure or "no time"
+                shown = f"{format_time(median) if ok else failure}  (setup {outcome.setup_s:.1f} s)"
+            if ok:
+                medians[name].append(median)
+                minimums[name].append(least)
+            else:
+                row["failures"][name] = failure
+            print(f"{kernel:11} {name:14} {shown}", flush=True)
+    if args.no_perfdojo:
+        row["perfdojo"] = {"source": "skipped"}
+    for name in names:
+        row["times"][name] = statistics.median(medians[name]) if medians[name] and name not in row["failures"] \
+            else None
+        row["min"][name] = min(minimums[name]) if row["times"][name] is not None else None
+    peers = [name for name in args.peers if row["times"][name] is not None and name in FRAMEWORKS]
+    if row["times"].get("PerfDojo") is not None and peers:
+        row["paired"] = [dojo / min(medians[p][k] for p in peers) for k, dojo in enumerate(medians["PerfDojo"])]
 
 
 # -- the report -------------------------------------------------------------------------------
@@ -277,6 +327,14 @@ def report(rows: list[dict[str, Any]], peers: list[str], machine: Any, meta: dic
     out.append("| " + " | ".join(line) + " |")
     out.append("")
 
+    paired = [row for row in rows if row.get("paired")]
+    if paired:
+        out.append(f"PerfDojo's time over the fastest of {', '.join(p for p in FRAMEWORKS if p in peers)} measured in "
+                   "the same round (paired by round; median and range over the rounds; below 1 PerfDojo is faster): "
+                   + "; ".join(f"{row['kernel']} **{statistics.median(row['paired']):.2f}** "
+                               f"({min(row['paired']):.2f}-{max(row['paired']):.2f}, {len(row['paired'])} rounds)"
+                               for row in paired) + ".")
+        out.append("")
     out.extend(bars(rows, peers))
     if meta["rereads"]:
         out.append("Bounds that count data read more than once: " + "; ".join(meta["rereads"]) + ".")
@@ -361,117 +419,6 @@ def bars(rows: list[dict[str, Any]], peers: list[str]) -> list[str]:
     return out
 
 
-# -- plots ------------------------------------------------------------------------------------
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plot_speedups(rows: list[dict[str, Any]], peers: list[str], directory: Path) -> list[Path]:
-    """One bar chart per peer: PerfDojo's speedup over it per kernel, log scale, 1x marked (Figure 1b/14)."""
-    plt = _pyplot()
-    written = []
-    for peer in peers:
-        kernels, speedups = [], []
-        for row in rows:
-            t, dojo = row["times"].get(peer), row["times"].get("PerfDojo")
-            if t and dojo:
-                kernels.append(row["kernel"])
-                speedups.append(t / dojo)
-        if not kernels:
-            continue
-        fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(kernels) + 2), 3.6))
-        colors = ["tab:green" if s >= 1 else "tab:red" for s in speedups]
-        ax.bar(range(len(kernels)), [s - 1 for s in speedups], bottom=1, color=colors)  # from 1x up or down
-        ax.axhline(1, color="black", linewidth=0.8)
-        ax.set_yscale("log")
-        ax.set_xticks(range(len(kernels)), kernels, rotation=45, ha="right")
-        g = geomean(speedups)
-        ax.set_title(f"PerfDojo speedup over {peer} (geomean {g:.2f}x)")
-        ax.set_ylabel("speedup")
-        for i, s in enumerate(speedups):
-            ax.text(i, s, f"{s:.2g}", ha="center", va="bottom" if s >= 1 else "top", fontsize=7)
-        fig.tight_layout()
-        path = directory / f"library_speedup_{peer.replace('.', '_')}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
-    # all peers in one chart, one bar per peer and kernel (Figure 14)
-    kernels = [row["kernel"] for row in rows if row["times"].get("PerfDojo")]
-    if kernels:
-        fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(kernels) + 2), 4))
-        width = 0.8 / len(peers)
-        for j, peer in enumerate(peers):
-            xs, ys = [], []
-            for i, row in enumerate(r for r in rows if r["times"].get("PerfDojo")):
-                if row["times"].get(peer):
-                    xs.append(i - 0.4 + width * (j + 0.5))
-                    ys.append(row["times"][peer] / row["times"]["PerfDojo"])
-            g = geomean(ys)
-            label = f"{peer} (geomean {g:.2f}x)" if g else peer
-            ax.bar(xs, [y - 1 for y in ys], width=width, bottom=1, label=label)
-        ax.axhline(1, color="black", linewidth=0.8)
-        ax.set_yscale("log")
-        ax.set_xticks(range(len(kernels)), kernels, rotation=45, ha="right")
-        ax.set_ylabel("PerfDojo speedup (peer time / PerfDojo time)")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = directory / "library_speedup.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.insert(0, path)
-    return written
-
-
-def best_so_far(path: Path) -> tuple[list[int], list[float]]:
-    """The best-so-far curve of a JSONL tuning log: each line an evaluation with an index (`evaluation`,
-    `index`, `eval`, `step` or `i`; else its line number) and `median_s` (null or missing: a failed one)."""
-    points = []
-    for number, line in enumerate(path.read_text().splitlines()):
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        index = next((record[k] for k in ("evaluation", "index", "eval", "step", "i") if k in record), number)
-        points.append((int(index), record.get("median_s")))
-    points.sort(key=lambda p: p[0])
-    xs, ys, best = [], [], math.inf
-    for index, median in points:
-        if median is not None and median > 0:
-            best = min(best, float(median))
-        if math.isfinite(best):
-            xs.append(index)
-            ys.append(best)
-    return xs, ys
-
-
-def plot_convergence(logs: dict[str, Path], path: Path, bound: float | None = None,
-                     title: str = "Convergence") -> Path:
-    """Best time against evaluations, one line per tuning run (method / graph) (Figure 13 style)."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    for label, log in logs.items():
-        xs, ys = best_so_far(log)
-        if xs:
-            ax.step(xs, ys, where="post", label=label)
-    if bound:
-        ax.axhline(bound, color="black", linestyle=":", label="roofline bound")
-    ax.set_xlabel("evaluations")
-    ax.set_ylabel("best time (s)")
-    ax.set_yscale("log")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
 # -- main -------------------------------------------------------------------------------------
 
 
@@ -502,6 +449,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--system-malloc", action="store_true", help="leave glibc's malloc as it is (default: "
                         "the peers reuse freed memory, see reuse_heap)")
     parser.add_argument("--no-perfdojo", action="store_true", help="skip PerfDojo's measurement")
+    parser.add_argument("--heuristic", action="store_true",
+                        help="PerfDojo's program is the heuristic pass's for this machine (no --tuned files)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure every peer and PerfDojo this many times, alternating the order")
     parser.add_argument("--convergence", nargs="*", type=Path, default=[],
                         help="JSONL tuning logs to plot as best time against evaluations")
     parser.add_argument("--out", type=Path, default=RESULTS / "library.md")
@@ -529,28 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         expected = reference(kernel, inputs)
         row = {"kernel": kernel, "shape": shape, "shape_change": change if change != "quick" else "",
                "bound_s": bound, "times": {}, "min": {}, "failures": {}, "setup": {}}
-        for peer in args.peers:
-            outcome = run_peer(peer, kernel, shape, inputs, expected, args.timeout, peer_options(peer, args),
-                               args.system_malloc)
-            row["times"][peer] = outcome.median_s if outcome.ok else None
-            row["min"][peer] = outcome.min_s if outcome.ok else None
-            row["setup"][peer] = outcome.setup_s
-            if not outcome.ok:
-                row["failures"][peer] = outcome.failure or "no time"
-            print(f"{kernel:11} {peer:14} {format_time(outcome.median_s) if outcome.ok else outcome.failure}"
-                  f"  (setup {outcome.setup_s:.1f} s)", flush=True)
-        if args.no_perfdojo:
-            row["perfdojo"] = {"source": "skipped"}
-        else:
-            dojo = perfdojo(kernel, spec, args.tuned)
-            row["perfdojo"] = dojo
-            row["times"]["PerfDojo"] = dojo.get("median_s")
-            row["min"]["PerfDojo"] = dojo.get("min_s")
-            row["setup"]["PerfDojo"] = dojo.get("compile_s", 0.0)
-            if dojo.get("failure"):
-                row["failures"]["PerfDojo"] = f"{dojo['source']}: {dojo['failure']}"
-            print(f"{kernel:11} {'PerfDojo':14} {format_time(dojo.get('median_s')) if dojo.get('median_s') else dojo}"
-                  f" ({dojo['source']})", flush=True)
+        measure_rounds(row, kernel, spec, shape, inputs, expected, args)
         rows.append(row)
         del inputs, expected
 
@@ -577,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     text = report(rows, args.peers, machine, meta)
-    plots = [] if args.no_perfdojo else plot_speedups(rows, args.peers, args.out.parent)
+    plots = [] if args.no_perfdojo else plot_speedups(rows, args.peers, args.out)
     if args.convergence:
         plots.append(plot_convergence({p.stem: p for p in args.convergence},
                                       args.out.parent / "library_convergence.png"))

@@ -3,6 +3,7 @@ per script, and OpenMP threads bound as the runner binds them."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import subprocess
@@ -40,3 +41,12 @@ def write_section(path: Path, text: str) -> None:
     kept = [s for s in re.split(r"(?m)^(?=# )", old) if s.strip() and s.split("\n", 1)[0] != heading]
     path.parent.mkdir(exist_ok=True)
     path.write_text("\n".join(s.rstrip("\n") + "\n" for s in [*kept, text]))
+
+
+def archive_log(log: Path) -> Path:
+    """A finished run's log compressed beside it as `NAME.gz` (agent.evaluate.log_text reads it by
+    either name), the raw one removed: bench/results keeps runs, not raw logs."""
+    packed = log.with_name(log.name + ".gz")
+    packed.write_bytes(gzip.compress(log.read_bytes(), mtime=0))
+    log.unlink()
+    return packed

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from agent.tune import tune  # noqa: E402
 from bench.library import best_so_far, shape_of  # noqa: E402
+from bench.sections import archive_log  # noqa: E402
 from dojo_ir import load, to_text  # noqa: E402
 from dojo_ir.derivation import record as record_moves  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
@@ -53,9 +54,11 @@ def tune_kernel(kernel: str, runs: list[str], budget: int, out: Path, scale: int
         method, _, graph = run.partition(":")
         log = out / "logs" / f"{kernel}.{method}.{graph or 'edges'}.jsonl"
         log.unlink(missing_ok=True)
+        log.with_name(log.name + ".gz").unlink(missing_ok=True)
         started = time.perf_counter()
         result = tune(spec, method, budget, spec_path=spec_file.name, graph=graph or "edges", log=log)
         wall = time.perf_counter() - started
+        log = archive_log(log)
         record["runs"][run] = {"spec_s": result.spec_s, "time_s": result.time_s, "evaluations": result.evaluations,
                                "moves": len(result.moves), "wall_s": wall, "log": str(log.relative_to(out))}
         print(f"{kernel:11} {run:20} {result.evaluations:5} evaluations  spec {result.spec_s}  best {result.time_s}"

@@ -53,6 +53,7 @@ from .cvector import (
     vector_typedefs,
 )
 from .harness import harness
+from .padding import read_padding, zero_padding
 from .targets import Target, streaming_threshold_bytes
 
 _INDENT = "    "
@@ -139,10 +140,27 @@ class _Emitter:
     def reach(self) -> dict[str, int]:
         return last_index_reach(self.program)
 
+    @cached_property
+    def padding(self) -> dict[str, int]:
+        return read_padding(self.program)
+
+    def declarations(self, path: Path) -> list[str]:
+        """The local buffers declared at `path`, each with the padding that widened vectors read zeroed."""
+        lines: list[str] = []
+        for buffer in self.homes.get(path, []):
+            lines.append(_declaration(buffer))
+            if buffer.name in self.padding:
+                lines += zero_padding(buffer, self.padding[buffer.name])
+        return lines
+
+    def heap_padding(self) -> list[str]:
+        """The heap temporaries' padding that widened vectors read, zeroed when the kernel starts."""
+        return [line for buffer in parameters(self.program) if buffer.name in self.padding
+                for line in zero_padding(buffer, self.padding[buffer.name])]
+
     def block(self, nodes: tuple[Node, ...], path: Path, env: Env) -> Iterator[str]:
         """The lines of a block: the local buffers declared here, then the nodes."""
-        for buffer in self.homes.get(path, []):
-            yield _declaration(buffer)
+        yield from self.declarations(path)
         for i, node in enumerate(nodes):
             yield from self.node(node, path + (i,), env)
 
@@ -160,7 +178,7 @@ class _Emitter:
             chain = tuple(node_at(self.program.body, path[: d + 1]) for d in range(depth + 1))
             vector = vector_statement(node, depth, self.program, env, stream, chain, self.reach)
             if vector is not None:
-                declarations = [_declaration(b) for b in self.homes.get(path, [])]
+                declarations = self.declarations(path)
                 yield from braced(declarations + vector) if declarations else vector
                 return
         accumulated = vector_accumulation(node, depth, self.program, env)
@@ -215,7 +233,8 @@ def kernel_function(program: Program, target: Target | None = None, threshold: i
     params = [f"{'const ' if b.name in inputs else ''}{c_type(b.dtype)} *restrict {buffer_var(b.name)}"
               for b in parameters(program)]
     streaming = _streaming(program, target, threshold)
-    body = list(indented(_Emitter(program, streaming).block(program.body, (), {})))
+    emitter = _Emitter(program, streaming)
+    body = list(indented([*emitter.heap_padding(), *emitter.block(program.body, (), {})]))
     if streaming:
         body.append(_INDENT + "dojo_sfence(); /* the streaming stores are done before the caller reads */")
     return "\n".join([f"static void kernel({', '.join(params)})", "{", *body, "}"])
@@ -240,7 +259,7 @@ def generate_c(program: Program, target: Target | None = None, threshold: int | 
     code = kernel_function(program, target, threshold)
     if with_main:
         code += "\n\n" + harness(program, parameters(program))
-    vector_helpers = vector_helper_source(used_vector_helpers(code))
+    vector_helpers = vector_helper_source(used_vector_helpers(code), target.vector_bytes if target else None)
     stream_helpers = stream_helper_source(used_stream_helpers(code))
     typedefs = vector_typedefs(used_vector_types(code + vector_helpers + stream_helpers))
     scalar_helpers = helper_source(used_helpers(code + vector_helpers))

@@ -38,7 +38,8 @@ reorderable: results agree with the interpreter within the verification
 tolerance, not to the bit. Functions are elementwise helpers: f32 `exp`,
 `log`, `tanh` and `erf` are vector polynomials (codegen/vmath.py: 1-3 ulp,
 erf under 1, numpy's special values), the others a libm call per lane; `max` and `min` select with
-masks so that NaN propagates.
+masks so that NaN propagates. Those that compare are, for a vector wider than the target's
+registers, two of half as many lanes (`_halved`), which GCC would compare lane by lane.
 
 Streaming stores (`streamable`, `dojo_stream_*`): a `:v` store of 16-64
 aligned bytes may be written with x86's non-temporal stores, which skip the
@@ -85,7 +86,7 @@ from .cexpr import (
     offset,
     statement,
 )
-from .vmath import F32_MATH
+from .vmath import F32_MATH, F32_MATH_COMPARING
 
 _BASE_ALIGNMENT = 64  # every buffer the generated code allocates or declares is aligned so
 # Vector types have a power-of-two size; beyond 64 lanes a scope is computed in pieces.
@@ -435,16 +436,17 @@ def used_vector_helpers(source: str) -> list[str]:
     return sorted({m.group(0) for m in _HELPER.finditer(source)})
 
 
-def vector_helper_source(names: list[str]) -> str:
+def vector_helper_source(names: list[str], register_bytes: int | None = None) -> str:
     """Definitions of the named vector helpers and of the helpers they call,
-    one per line, each after those it calls."""
+    one per line, each after those it calls, for a target whose vector
+    registers hold `register_bytes` (None: as wide as any vector)."""
     done: dict[str, str] = {}
 
     def define(name: str) -> None:
         if name in done:
             return
         done[name] = ""  # a helper never calls itself, but two may call one
-        text = _vector_helper(*_HELPER.fullmatch(name).groups())
+        text = _vector_helper(*_HELPER.fullmatch(name).groups(), register_bytes or PIECE_BYTES)
         for called in used_vector_helpers(text):
             if called != name:
                 define(called)
@@ -456,8 +458,10 @@ def vector_helper_source(names: list[str]) -> str:
     return "\n".join(done.values())
 
 
-def _vector_helper(func: str, dtype: str, lanes_text: str) -> str:
+def _vector_helper(func: str, dtype: str, lanes_text: str, register_bytes: int) -> str:
     lanes = int(lanes_text)
+    if lanes * DTYPE_BYTES[dtype] > register_bytes and (func in ("max", "min") or func in F32_MATH_COMPARING):
+        return _halved(func, dtype, lanes)
     v, t = vector_type(dtype, lanes), c_type(dtype)
     name = f"dojo_{func}_{dtype}x{lanes}"
     if func == "splat":
@@ -481,11 +485,26 @@ def _vector_helper(func: str, dtype: str, lanes_text: str) -> str:
     if func in HORIZONTAL:
         return _horizontal_helper(func, dtype, lanes)
     if dtype == "f32" and func in F32_MATH:
-        m = vector_type("i32", lanes)
-        return F32_MATH[func].format(V=v, M=m, N=lanes).strip()
+        return F32_MATH[func].format(V=v, M=vector_type("i32", lanes), N=lanes).strip()
     scalar = function_name(func, dtype)
     return (f"static inline {v} {name}({v} a) {{ {v} r; for (int k = 0; k < {lanes}; ++k) r[k] = {scalar}(a[k]); "
             "return r; }")
+
+
+def _halved(func: str, dtype: str, lanes: int) -> str:
+    """The helper of a vector wider than the target's registers (16 lanes of f32 on AVX2, 8 on NEON)
+    as two of half as many lanes, for the helpers that compare: GCC compares such a vector lane by
+    lane, with branches that random data mispredict (a 16-lane max on AVX2 took 23 times an 8-lane
+    one's time per element), where it splits arithmetic into registers itself. The halves go
+    through a union, which GCC keeps in registers; a shuffle of the wide vector it builds lane by lane."""
+    half = lanes // 2
+    v, h = vector_type(dtype, lanes), vector_type(dtype, half)
+    params = ("a", "b") if func in ("max", "min") else ("a",)
+    halves = ", ".join(f"u{p} = {{{p}}}" for p in params)
+    calls = [f"r.h[{k}] = dojo_{func}_{dtype}x{half}({', '.join(f'u{p}.h[{k}]' for p in params)});" for k in (0, 1)]
+    return (f"static inline __attribute__((always_inline)) {v} dojo_{func}_{dtype}x{lanes}"
+            f"({', '.join(f'{v} {p}' for p in params)}) {{ union {{ {v} w; {h} h[2]; }} {halves}, r; "
+            f"{' '.join(calls)} return r.w; }}")
 
 
 _MAX_GATHER_LOADS = 4  # beyond, a strided read is built element by element

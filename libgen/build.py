@@ -26,7 +26,6 @@ evaluation a task on the cluster (cluster.py).
 
 from __future__ import annotations
 
-import keyword
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -46,7 +45,7 @@ from runner.result import format_time
 
 from . import csource
 from .cluster import Cluster
-from .kernels import IDENTIFIER, KernelSpec, LibraryError, check_names
+from .kernels import KernelSpec, LibraryError, check_library_name, check_names
 from .manifest import FORMAT, Tuned, entry, read_tuned, write_json
 from .peers import peer_times
 from .pymodule import module_text
@@ -158,9 +157,7 @@ def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budg
     peers to time for each library kernel (libgen/peers). Raises LibraryError for bad options or
     a library that does not build, KeyboardInterrupt after stopping the searches cleanly when
     interrupted (so is `should_stop`)."""
-    if not IDENTIFIER.fullmatch(name) or keyword.iskeyword(name):
-        raise LibraryError(f"the library's name `{name}` must be an identifier (letters, digits, `_`) that is "
-                           "not a Python keyword")
+    check_library_name(name)
     if method not in METHODS:
         raise LibraryError(f"unknown method `{method}`; expected one of {', '.join(METHODS)}")
     if budget < 0:

@@ -20,6 +20,7 @@ changed, and linked into one shared library that exports only the entry points
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
@@ -34,17 +35,12 @@ from codegen.targets import Target
 from dojo_ir import Program
 from runner.result import format_time
 
-from .kernels import LibraryError
+from .kernels import C_KEYWORDS, LibraryError
 from .manifest import ALIGNMENT, workspace
 
 OK, ENOMEM, EALIGN = 0, 1, 2
 _TIMEOUT_S = 1800
 _STDERR_LINES = 30
-# array names are .dojo names, which may be C keywords; the header suffixes those with `_`
-_C_KEYWORDS = frozenset(
-    "auto break case char const continue default do double else enum extern float for goto if inline int long "
-    "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile "
-    "while bool true false".split())
 
 
 def entry_point(program: Program, symbol: str, prefix: str) -> str:
@@ -113,7 +109,15 @@ def unit(program: Program, symbol: str, prefix: str, target: Target) -> str:
 
 
 def _c_name(name: str) -> str:
-    return f"{name}_" if name in _C_KEYWORDS else name
+    # array names are .dojo names, which may be C keywords
+    return f"{name}_" if name in C_KEYWORDS else name
+
+
+def comment_text(text: str) -> str:
+    """`text` made safe inside a C block comment: one line that cannot close the comment (`*/`), nor
+    splice lines (a control character, or `??/`, a trigraph's backslash under -std=c11). A model's node
+    names and a spec's comments are anyone's text."""
+    return re.sub(r"[\x00-\x1f\x7f]", " ", text).replace("*/", "* /").replace("?", "? ")
 
 
 def header(library: str, prefix: str, kernels: Sequence[Mapping[str, Any]]) -> str:
@@ -132,7 +136,7 @@ def header(library: str, prefix: str, kernels: Sequence[Mapping[str, Any]]) -> s
     for kernel in kernels:
         io = [*kernel["inputs"], *kernel["outputs"]]
         inputs = {a["name"] for a in kernel["inputs"]}
-        doc = [f"/* {kernel['name']}: {kernel['description']}"]
+        doc = [f"/* {kernel['name']}: {comment_text(kernel['description'])}"]
         for array in io:
             role = "input" if array["name"] in inputs else "output"
             doc.append(f" *   {_c_name(array['name'])}: {role}, {array['dtype']} {array['shape']}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import keyword
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -28,6 +29,22 @@ from . import runtime
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # what the generated Python module defines besides the kernels (runtime.py and pymodule.py's tail)
 RESERVED = frozenset({"library", "ops"} | {name for name in vars(runtime) if not name.startswith("_")})
+# a kernel's name becomes file names with suffixes (`.spec.dojo`, `src/NAME.c`, `NAME.KEY.o` and its
+# temporary), and a library's name `libNAME.so`: both stay well inside a file name's 255 bytes
+MAX_NAME = 100
+C_KEYWORDS = frozenset(
+    "auto break case char const continue default do double else enum extern float for goto if inline int long "
+    "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile "
+    "while bool true false".split())
+# NAME.h beside a program's sources, -lNAME and NAME.py on sys.path would stand for these
+_SYSTEM_HEADERS = frozenset(
+    "assert complex ctype errno fenv float inttypes iso646 limits locale math setjmp signal stdalign stdarg "
+    "stdatomic stdbool stddef stdint stdio stdlib stdnoreturn string strings tgmath threads time uchar wchar "
+    "wctype pthread unistd fcntl dlfcn sched omp malloc alloca memory immintrin x86intrin arm_neon "
+    "riscv_vector cuda hip".split())
+_SYSTEM_LIBRARIES = frozenset("c m dl rt pthread gcc gcc_s gomp stdc util crypt resolv atomic quadmath".split())
+_PYTHON_MODULES = frozenset(sys.stdlib_module_names) | {
+    "numpy", "torch", "onnx", "onnxruntime", "dojo_ir", "codegen", "runner", "agent", "libgen", "server"}
 
 
 class LibraryError(Exception):
@@ -119,10 +136,28 @@ def _from_file(path: Path) -> KernelSpec:
 
 def _check_name(spec: KernelSpec) -> None:
     name = spec.name
-    if not IDENTIFIER.fullmatch(name) or keyword.iskeyword(name) or name.startswith("_") or name in RESERVED:
-        raise LibraryError(f"{spec.origin}: error: `{name}` cannot name a library function: it must be an "
-                           "identifier (letters, digits, `_`) not starting with `_`, not a Python keyword and "
-                           "not a name the library's Python module defines itself; rename the file")
+    if (not IDENTIFIER.fullmatch(name) or keyword.iskeyword(name) or name.startswith("_") or name in RESERVED
+            or len(name) > MAX_NAME):
+        raise LibraryError(f"{spec.origin}: error: `{name[:MAX_NAME]}{'...' * (len(name) > MAX_NAME)}` cannot "
+                           f"name a library function: it must be an identifier (letters, digits, `_`) of at most "
+                           f"{MAX_NAME} characters, not starting with `_`, not a Python keyword and not a name the "
+                           "library's Python module defines itself; rename the file")
+
+
+def check_library_name(name: str) -> None:
+    """LibraryError unless `name` can name a library's files (libNAME.so, NAME.h, NAME.py) and its C
+    prefix without standing for a C keyword, a system header or library, or a Python module."""
+    shown = f"`{name[:MAX_NAME]}{'...' * (len(name) > MAX_NAME)}`"
+    if not IDENTIFIER.fullmatch(name) or keyword.iskeyword(name) or len(name) > MAX_NAME:
+        raise LibraryError(f"the library's name {shown} must be an identifier (letters, digits, `_`) of at most "
+                           f"{MAX_NAME} characters that is not a Python keyword")
+    clash = ("a C keyword" if name in C_KEYWORDS or name.upper() in {"NULL", "EOF"}
+             else "a system header's name" if name in _SYSTEM_HEADERS
+             else "a system library's name (-l" + name + ")" if name in _SYSTEM_LIBRARIES
+             else "a Python module's name" if name in _PYTHON_MODULES else None)
+    if clash is not None:
+        raise LibraryError(f"the library's name {shown} is {clash}: its files would stand for that one; "
+                           "choose another --name")
 
 
 def resolve(names: Sequence[str], shapes: Sequence[str] = (), base: str = "paper") -> list[KernelSpec]:

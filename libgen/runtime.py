@@ -29,7 +29,8 @@ from __future__ import annotations
 import ctypes
 import json
 import math
-from collections.abc import Callable, Sequence
+import struct
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -74,6 +75,68 @@ def aligned_empty(dtype: np.dtype, shape: Sequence[int]) -> np.ndarray:
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """The library's manifest.json; ValueError when it is not one (ill-formed, nested past reason,
+    or missing a field or of the wrong type)."""
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ValueError("manifest.json: nested too deeply") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"manifest.json: not UTF-8 text: {error}") from None
+    arrays = {"name": str, "dtype": str, "shape": list}
+    fields = {"library": str, "shared_library": str, "kernels": list}
+    kernel_fields = {"name": str, "symbol": str, "description": str, "inputs": list, "outputs": list}
+    if not isinstance(manifest, dict) or not _typed(manifest, fields) or not all(
+            isinstance(k, dict) and _typed(k, kernel_fields) and all(
+                isinstance(a, dict) and _typed(a, arrays) and a["dtype"] in NUMPY_DTYPES
+                and all(type(n) is int and n > 0 for n in a["shape"]) for a in (*k["inputs"], *k["outputs"]))
+            for k in manifest["kernels"]):
+        raise ValueError("manifest.json: not a library's manifest (`dojo library build` writes one)")
+    return manifest
+
+
+def _typed(record: Mapping[str, Any], fields: Mapping[str, type]) -> bool:
+    return all(isinstance(record.get(name), kind) for name, kind in fields.items())
+
+
+def _shared_library(directory: Path, name: str) -> Path:
+    """The shared library `name` of the manifest: a plain file in `directory` itself."""
+    path = directory / name
+    if name in ("", ".", "..") or Path(name).name != name or name.startswith(".") or path.is_symlink() \
+            or not path.is_file():
+        raise ValueError(f"manifest.json: the shared library `{name}` must be a file of the library's own "
+                         "directory (a plain name, not a link)")
+    return path
+
+
+def defined_functions(path: Path) -> frozenset[str]:
+    """The functions that the ELF shared object at `path` defines and exports itself: its dynamic
+    symbol table's defined, global, default-visibility functions, not those of the libraries it
+    depends on (which the loader would also find by name)."""
+    data = path.read_bytes()
+    if data[:4] != b"\x7fELF" or data[4:6] != b"\x02\x01":
+        raise ValueError(f"{path.name}: not a 64-bit little-endian ELF shared library")
+    try:
+        offset, = struct.unpack_from("<Q", data, 0x28)
+        entry_size, count = struct.unpack_from("<HH", data, 0x3A)
+        sections = [struct.unpack_from("<IIQQQQIIQQ", data, offset + i * entry_size) for i in range(count)]
+        functions = set()
+        for _, kind, _, _, start, size, link, _, _, symbol_size in sections:
+            if kind != 11 or not symbol_size:  # SHT_DYNSYM
+                continue
+            names = sections[link][4]
+            for at in range(start, start + size, symbol_size):
+                name, info, other, section = struct.unpack_from("<IBBH", data, at)
+                # defined (section != SHN_UNDEF), STT_FUNC, STB_GLOBAL or STB_WEAK, STV_DEFAULT
+                if section and info & 0xF == 2 and info >> 4 in (1, 2) and other & 3 == 0:
+                    end = data.index(b"\0", names + name)
+                    functions.add(data[names + name:end].decode("ascii", "replace"))
+        return frozenset(functions)
+    except (struct.error, IndexError, ValueError):
+        raise ValueError(f"{path.name}: a malformed ELF shared library") from None
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One function of the library, as the manifest describes it."""
@@ -111,17 +174,28 @@ class Kernel:
 
 
 class Library:
-    """The kernels of the library in `directory` (its manifest.json and shared library)."""
+    """The kernels of the library in `directory` (its manifest.json and shared library). Loading a
+    library runs its code: before it is loaded, the shared library must be a plain file of the
+    directory, and every kernel's function one the shared library itself defines, under the name
+    `LIBRARY_KERNEL` that `dojo library build` gives it, so that a manifest cannot point at code
+    elsewhere. `manifest` (as read from manifest.json) lets a caller that has checked it pass it."""
 
-    def __init__(self, directory: Path):
-        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    def __init__(self, directory: Path, manifest: Mapping[str, Any] | None = None):
+        manifest = read_manifest(directory) if manifest is None else manifest
         self.name: str = manifest["library"]
         self.kernels: dict[str, Kernel] = {
             k["name"]: Kernel(k["name"], k["symbol"], k["description"],
                               tuple(Array(a["name"], a["dtype"], tuple(a["shape"])) for a in k["inputs"]),
                               tuple(Array(a["name"], a["dtype"], tuple(a["shape"])) for a in k["outputs"]))
             for k in manifest["kernels"]}
-        self._dll = ctypes.CDLL(str(directory / manifest["shared_library"]))
+        shared = _shared_library(directory, manifest["shared_library"])
+        defined = defined_functions(shared)
+        for kernel in self.kernels.values():
+            if kernel.symbol != f"{self.name}_{kernel.name}" or kernel.symbol not in defined:
+                raise ValueError(f"kernel `{kernel.name}`: its function `{kernel.symbol}` is not "
+                                 f"`{self.name}_{kernel.name}` as {shared.name} itself defines it")
+        # nothing to call, nothing to load: a library's code runs only for the kernels used from it
+        self._dll = ctypes.CDLL(str(shared)) if self.kernels else None
         self._functions: dict[str, Any] = {}
         for kernel in self.kernels.values():
             function = getattr(self._dll, kernel.symbol)

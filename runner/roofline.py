@@ -18,7 +18,11 @@ of literals only (`-inf`) is folded by the compiler, so neither counts.
 `machine_limits` measures the machine's own limits with a small C program
 compiled by the system gcc (`-O3 -march=native -fopenmp`, built and cached by
 `codegen.build`) and run on every core: a STREAM-like memory test (triad and
-read) and a peak f32 FMA test, each the best of several runs. Vendor figures are
+read) and a peak f32 FMA test, each the best of several runs. The FMA test also
+times one dependent chain (the latency), and the ratio of latency to issue
+interval is how many independent accumulators a core needs in flight
+(`fma_in_flight`: latency x FMA ports, 8 on Sapphire Rapids and Zen 4),
+which sysfs does not say and the register-tile heuristic reads. Vendor figures are
 not used because a virtual machine's share of the memory system is what a
 kernel gets. The result is cached as JSON in the build cache directory, keyed
 by the CPU model and core count, so it costs about a second once and a file
@@ -44,17 +48,17 @@ from pathlib import Path
 from typing import Any
 
 from codegen.build import BuildError, build, default_cache_dir
-from codegen.targets import Target, host_caches, native_vector_bytes
+from codegen.targets import Target, host_caches, native_vector_bytes, native_vector_registers
 from dojo_ir import Program
 from dojo_ir.tree import DTYPE_BYTES, Access, Binary, Call, Expr, Name, Num, Ref, Unary, walk_ops
 
 from .files import exclusive, write_atomically
 
-__all__ = ["Machine", "MachineError", "Work", "bound_s", "machine_cache_path",
-           "machine_limits", "machine_record", "work"]
+__all__ = ["Machine", "MachineError", "Work", "bound_s", "fma_in_flight", "machine_cache_path",
+           "machine_limits", "machine_record", "measured_machine", "work"]
 
 # Bump when the measurement changes, so that caches of the old one are not trusted.
-_VERSION = 1
+_VERSION = 2
 _MIB = 1 << 20
 # Each of the three arrays is at least this big and at least the last-level
 # cache, so that no pass over them is served from cache.
@@ -66,7 +70,7 @@ _BANDWIDTH_REPEATS = 8
 # Many short FMA runs rather than a few long ones: on a shared machine the best
 # of many short runs is the likeliest to have had every core to itself.
 _FMA_REPEATS = 20
-_FMA_ITERATIONS = 2_000_000  # per thread and run: about 5-10 ms at 150-350 GFLOP/s
+_FMA_PER_THREAD = 24_000_000  # FMAs per thread and run: about 5-10 ms at 150-350 GFLOP/s
 _RUN_TIMEOUT_S = 120
 
 
@@ -131,12 +135,13 @@ def work(program: Program) -> Work:
 @dataclass(frozen=True)
 class Machine:
     """A machine's limits: memory bandwidth in bytes/s, peak f32 FMA rate in flop/s (all cores), its core count and
-    CPU model."""
+    CPU model, and the independent FMAs a core must have under way to reach the peak (`fma_in_flight`)."""
 
     bandwidth_Bps: float
     peak_flops: float
     cores: int
     cpu: str
+    fma_in_flight: int = 1
 
 
 class MachineError(Exception):
@@ -171,7 +176,14 @@ _SOURCE = r"""
 #endif
 
 #define LANES (VBYTES / 4)
-#define CHAINS 12
+/* keeps a vector in a vector register: the compiler must assume the empty asm changed it */
+#if defined(__x86_64__) || defined(__i386__)
+#define PIN(v) __asm__("" : "+v"(v))
+#elif defined(__aarch64__)
+#define PIN(v) __asm__("" : "+w"(v))
+#else
+#define PIN(v) ((void)0)
+#endif
 typedef float vf __attribute__((vector_size(VBYTES)));
 
 static double now(void)
@@ -256,20 +268,43 @@ int main(int argc, char **argv)
         checksum += total;
     }
 
-    /* CHAINS independent FMA chains per thread: more than latency x FMA ports,
-       so the units never wait; the result is printed so nothing is dead code. */
-    double fma = 1e30;
+    /* On one core: one dependent chain, whose time per FMA is the latency, and CHAINS independent
+       chains, more than latency x FMA ports so that the units never wait, whose time per FMA is the
+       issue interval. Then the peak: CHAINS chains on every core. The multiplier and addend are
+       broadcast and pinned to registers (the empty asm): built lane by lane, GCC keeps them in
+       memory and every FMA carries a load, which capped the rate at 332 of the 470 GFLOP/s that
+       a 2-core Sapphire Rapids has. The results are printed so nothing is dead code. */
+    double latency = 1e30, interval = 1e30, fma = 1e30;
+    for (int r = 0; r < fma_repeats; r++) {
+        vf x = (vf){} + (float)argc, acc[CHAINS];
+        vf m = (vf){} + (1.0f - 1e-7f * (float)argc), add = (vf){} + 1e-6f;
+        PIN(m); PIN(add);
+        double t0 = now();
+        for (long it = 0; it < iterations; it++) x = x * m + add;
+        double t1 = now();
+        if (t1 - t0 < latency) latency = t1 - t0;
+        for (int j = 0; j < CHAINS; j++) acc[j] = x + (float)j;
+        t0 = now();
+        for (long it = 0; it < iterations; it++) {
+            #pragma GCC unroll 32
+            for (int j = 0; j < CHAINS; j++) acc[j] = acc[j] * m + add;
+        }
+        t1 = now();
+        if (t1 - t0 < interval) interval = t1 - t0;
+        for (int j = 0; j < CHAINS; j++) checksum += acc[j][0];
+    }
     for (int r = 0; r < fma_repeats; r++) {
         float total = 0;
         double t0 = now();
         #pragma omp parallel reduction(+:total)
         {
-            vf acc[CHAINS], m, add;
-            for (int l = 0; l < LANES; l++) { m[l] = 1.0f - 1e-7f * (float)argc; add[l] = 1e-6f; }
+            vf acc[CHAINS];
+            vf m = (vf){} + (1.0f - 1e-7f * (float)argc), add = (vf){} + 1e-6f;
+            PIN(m); PIN(add);
             for (int j = 0; j < CHAINS; j++)
                 for (int l = 0; l < LANES; l++) acc[j][l] = (float)(j + l + omp_get_thread_num());
             for (long it = 0; it < iterations; it++) {
-                #pragma GCC unroll 16
+                #pragma GCC unroll 32
                 for (int j = 0; j < CHAINS; j++) acc[j] = acc[j] * m + add;
             }
             vf all = acc[0];
@@ -294,10 +329,12 @@ int main(int argc, char **argv)
            "\"triad_bytes\": %.0f, \"triad_s\": %.9g, \"triad_Bps\": %.9g, "
            "\"read_bytes\": %.0f, \"read_s\": %.9g, \"read_Bps\": %.9g, "
            "\"vector_bytes\": %d, \"chains\": %d, \"fma_flops\": %.0f, \"fma_s\": %.9g, \"peak_flops\": %.9g, "
+           "\"fma_latency_s\": %.9g, \"fma_interval_s\": %.9g, "
            "\"checksum\": %.9g}\n",
            threads, bytes, t_init, nontemporal ? "true" : "false",
            triad_bytes, triad, triad_bytes / triad, 2.0 * bytes, read, 2.0 * bytes / read,
-           VBYTES, CHAINS, flops, fma, flops / fma, checksum);
+           VBYTES, CHAINS, flops, fma, flops / fma, latency / iterations,
+           interval / ((double)iterations * CHAINS), checksum);
     free(a); free(b); free(c);
     return 0;
 }
@@ -351,7 +388,7 @@ def _read_record(path: Path) -> dict[str, Any] | None:
         return None
     valid = (isinstance(record, dict) and record.get("version") == _VERSION
              and record.get("cpu") == _cpu_model() and record.get("cores") == _cores()
-             and all(_positive(record.get(k)) for k in ("bandwidth_Bps", "peak_flops")))
+             and all(_positive(record.get(k)) for k in ("bandwidth_Bps", "peak_flops", "fma_in_flight")))
     return record if valid else None
 
 
@@ -360,21 +397,25 @@ def _positive(value: Any) -> bool:
 
 
 def _measure(directory: Path, vector_bytes: int | None = None, march: str = "-march=native",
-             floats: int | None = None) -> dict[str, Any]:
+             floats: int | None = None, vector_registers: int | None = None) -> dict[str, Any]:
     """Build and run the measurement, with vectors of `vector_bytes` (default: the widest this
-    machine has) built for `march`, over arrays of `floats`; the record to cache."""
+    machine has) and `vector_registers` of them, built for `march`, over arrays of `floats`; the
+    record to cache."""
     cores = _cores()
     vector_bytes = vector_bytes or native_vector_bytes()
+    # as many independent chains as the registers hold beside the multiplier, the addend and two
+    # spare: more than any core's FMA latency times its ports (4 x 2 on recent x86), without a spill
+    chains = (vector_registers or native_vector_registers()) - 4
     # -ffp-contract=fast: `a * b + c` must become one FMA, as in the kernels the project generates
     target = Target("roofline", "c", ("gcc",), ("-O3", march, "-fopenmp", "-ffp-contract=fast", "-std=gnu11"),
                     vector_bytes, cores=cores)
-    source = f"#define VBYTES {vector_bytes}\n{_SOURCE}"
+    source = f"#define VBYTES {vector_bytes}\n#define CHAINS {chains}\n{_SOURCE}"
     try:
         binary = build(source, target, directory)
     except BuildError as error:
         raise MachineError(f"cannot build the machine measurement: {error}") from None
     command = [str(binary.path), str(floats or _array_floats()), str(_BANDWIDTH_REPEATS), str(_FMA_REPEATS),
-               str(_FMA_ITERATIONS)]
+               str(_FMA_PER_THREAD // chains)]
     # every core, one thread bound to each, as the runner runs kernels
     environment = os.environ | {"OMP_NUM_THREADS": str(cores), "OMP_PROC_BIND": "true", "OMP_PLACES": "cores"}
     started = time.perf_counter()
@@ -388,7 +429,7 @@ def _measure(directory: Path, vector_bytes: int | None = None, march: str = "-ma
         detail = json.loads(result.stdout)
     except ValueError:
         raise MachineError(f"the machine measurement printed no JSON: {result.stdout[:200]!r}") from None
-    for key in ("read_Bps", "triad_Bps", "peak_flops"):
+    for key in ("read_Bps", "triad_Bps", "peak_flops", "fma_latency_s", "fma_interval_s"):
         if not _positive(detail.get(key)):
             raise MachineError(f"the machine measurement gave {key} = {detail.get(key)!r}")
     detail["run_s"] = round(time.perf_counter() - started, 3)
@@ -404,6 +445,7 @@ def _measure(directory: Path, vector_bytes: int | None = None, march: str = "-ma
         # loads one core keeps in flight, the triad by writes too), and the roof is what some code reaches
         "bandwidth_Bps": max(detail["read_Bps"], detail["triad_Bps"]),
         "peak_flops": detail["peak_flops"],
+        "fma_in_flight": fma_in_flight(detail["fma_latency_s"], detail["fma_interval_s"]),
         "detail": detail,
     }
 
@@ -432,11 +474,30 @@ def peak_flops(target: Target, cache_dir: Path | None = None) -> float:
     march = next(flag for flag in target.flags if flag.startswith("-march="))
     directory = machine_cache_path(cache_dir).parent
     directory.mkdir(parents=True, exist_ok=True)
-    return float(_measure(directory, target.vector_bytes, march, floats=1 << 16)["peak_flops"])
+    return float(_measure(directory, target.vector_bytes, march, floats=1 << 16,
+                          vector_registers=target.vector_registers)["peak_flops"])
 
 
 def machine_limits(refresh: bool = False, cache_dir: Path | None = None) -> Machine:
     """This machine's limits, measured once and cached in `cache_dir` (default: the build cache directory)."""
-    record = machine_record(refresh, cache_dir)
+    return _machine(machine_record(refresh, cache_dir))
+
+
+def measured_machine(cache_dir: Path | None = None) -> Machine | None:
+    """This machine's limits if they have been measured (`dojo machine`, a benchmark, the language
+    server's bounds), else None: for code that must not start a measurement of its own."""
+    record = _read_record(machine_cache_path(cache_dir))
+    return None if record is None else _machine(record)
+
+
+def _machine(record: dict[str, Any]) -> Machine:
     return Machine(bandwidth_Bps=float(record["bandwidth_Bps"]), peak_flops=float(record["peak_flops"]),
-                   cores=int(record["cores"]), cpu=str(record["cpu"]))
+                   cores=int(record["cores"]), cpu=str(record["cpu"]), fma_in_flight=int(record["fma_in_flight"]))
+
+
+def fma_in_flight(latency_s: float, interval_s: float) -> int:
+    """How many independent FMAs a core must have under way to issue one every `interval_s` when
+    each takes `latency_s`: its FMA latency times its FMA ports, the fewest accumulators that keep
+    the units busy. Rounded: both times come from the same clock, so the ratio is a whole number
+    of cycles times a whole number of ports, give or take the timer's noise."""
+    return max(1, round(latency_s / interval_s))

@@ -44,6 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # and Python's flush of stdout at exit must not fail on the closed pipe again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # as a shell reports a process ended by SIGPIPE
+    except OSError as error:  # a file named on the command line that cannot be read or written
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"dojo {args.command}: error: {where}{error.strerror or error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

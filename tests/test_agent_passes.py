@@ -9,11 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.passes import PASSES, heuristic, lanes, reduction_block, tile_shape
+from agent.passes import PASSES, fma_in_flight, heuristic, lanes, reduction_block, tile_shape
 from codegen.targets import Caches, get_target
 from dojo_ir import DojoError, interpret, load, random_inputs, to_text
 from dojo_ir.derivation import advance, record, verify
 from dojo_ir.library import KERNELS
+from dojo_ir.tree import walk_ops
+from runner.roofline import machine_limits
 
 ROOT = Path(__file__).resolve().parent.parent
 FOREIGN = sorted((ROOT / "tests" / "foreign" / "valid").glob("*.dojo"))
@@ -101,6 +103,25 @@ def test_heuristic_makes_matmul_contiguous_and_one_core_runs_no_threads() -> Non
 ])
 def test_register_tile_shape_loads_least_per_multiply_add(rows, vectors, registers, shape) -> None:
     assert tile_shape(rows, vectors, registers) == shape
+
+
+def test_a_register_tile_keeps_as_many_multiply_adds_in_flight_as_the_core_needs() -> None:
+    """Three rows on AVX2: 3 x 2 accumulators load least per multiply-add, but a core that must keep
+    8 FMAs under way (4 cycles of latency, 2 ports) leaves its units idle a quarter of the time
+    with 6, so the tile widens to 3 x 3; 8 accumulators are enough for 8, not for 10."""
+    assert tile_shape(3, 8, 16) == (3, 2)
+    assert tile_shape(3, 8, 16, in_flight=8) == (3, 3)
+    assert tile_shape(4, 4, 16, in_flight=8) == (4, 2)
+    assert tile_shape(4, 4, 16, in_flight=10) == (4, 3)
+
+
+def test_the_fma_latency_is_measured_on_this_machine_for_the_targets_that_run_here() -> None:
+    native = get_target("native")
+    if not native.runnable():
+        pytest.skip("needs a C compiler for this host")
+    assert fma_in_flight(native) == machine_limits().fma_in_flight >= 2  # measured now if it never was
+    assert fma_in_flight(get_target("arm-neon")) == 1  # under an emulator: no constraint
+    assert fma_in_flight(get_target("cuda")) == 1
 
 
 def test_a_register_tile_shares_its_column_blocks_evenly_over_the_cores() -> None:
@@ -248,6 +269,21 @@ def test_heuristic_vectorizes_each_of_the_operations_fused_into_one_row() -> Non
     body = to_text(advance(spec, moves)).split("\n\n")[-1].splitlines()
     assert len([line for line in body if not line.startswith("|")]) == 1  # one loop nest
     assert len(body) >= 3 and all(":v v[" in line for line in body)  # 8-lane vectors and a 2-lane tail
+    _check(spec, moves)
+
+
+def test_heuristic_vectorizes_and_parallelizes_a_bias_and_gelu_fused_into_one_row() -> None:
+    """Fusion joins the bias add and the tanh-GELU that reads it down to one row of 768. The
+    temporary keeps that row (folded to one element it tied both to one scalar loop, 1.9x over the
+    spec where vectors and threads give 41x): each operation's innermost scope is a vector, the
+    rows of tokens are shared by the cores, and both stay in one loop nest."""
+    spec = load((ROOT / "examples" / "bias_gelu.dojo").read_text())
+    moves = heuristic(spec, CPU)
+    program = advance(spec, moves)
+    chains = [chain for _, chain in walk_ops(program.body)]
+    assert len(chains) == 2 and all(chain[-1].kind == "v" for chain in chains)
+    assert all(chain[0].kind == "p" for chain in chains) and len(program.body) == 1
+    assert [str(d) for d in program.buffer_of["t"].dims] == ["512:1", "768"]  # the row kept, on the stack
     _check(spec, moves)
 
 

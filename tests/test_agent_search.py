@@ -5,6 +5,7 @@ depends on this machine's timing."""
 from __future__ import annotations
 
 import hashlib
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +13,14 @@ import pytest
 
 from agent.evaluate import Evaluator, read_log, text_hash
 from agent.tune import TuneProgress, tune
+from bench.sections import archive_log
 from dojo_ir import interpret, load, random_inputs, to_text
 from dojo_ir.derivation import verify
 from dojo_ir.library import KERNELS
 from dojo_ir.paths import without_comments
 from runner.result import RunResult
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class FakeRunner:
@@ -83,6 +87,23 @@ def test_a_search_is_deterministic_for_a_seed(method: str, graph: str) -> None:
     other = FakeRunner()
     tune(spec, method, 10, spec_path="s.dojo", graph=graph, runner=other, seed=8, final_min_time_s=0.0)
     assert other.calls != tried[0] or method == "sa"  # another seed goes elsewhere (usually)
+
+
+def test_a_log_archived_compressed_reads_the_same_by_either_name(tmp_path: Path) -> None:
+    log = tmp_path / "log.jsonl"
+    evaluator = Evaluator(_spec(m=4, n=16), runner=FakeRunner(), log=log)
+    evaluator.evaluate([])
+    evaluator.evaluate(["join_scopes(op=m#1, depth=0)"])
+    plain = read_log(log)
+    packed = archive_log(log)
+    assert not log.exists() and packed.name == "log.jsonl.gz"
+    assert read_log(log) == read_log(packed) == plain and len(plain[1]) == 2
+
+
+def test_bench_results_keep_runs_compressed_not_as_raw_logs() -> None:
+    tracked = subprocess.run(["git", "ls-files", "-z", "bench/results"], cwd=ROOT, capture_output=True, check=True)
+    raw = [ROOT / name for name in tracked.stdout.decode().split("\0") if name.endswith(".jsonl")]
+    assert sum(path.stat().st_size for path in raw if path.exists()) <= 2**20
 
 
 def test_the_evaluator_caches_by_canonical_text_and_failures_cost_infinity(tmp_path: Path) -> None:

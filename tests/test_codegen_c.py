@@ -376,7 +376,9 @@ def test_vector_math_is_accurate_with_special_values(cache: Path) -> None:
     scalar call per lane); f64 keeps the libm call per lane."""
     program = load(MATH)
     source = generate(program, NATIVE)
-    assert "static inline vf32x16 dojo_exp_f32x16(vf32x16 x)" in source and "expf(" not in source
+    # always inlined: a target with narrower registers would pass the vector through memory
+    assert "static inline __attribute__((always_inline)) vf32x16 dojo_exp_f32x16(vf32x16 x)" in source
+    assert "expf(" not in source
     assert "dojo_log_f32x8(vf32x8 x)" in source and "dojo_exp_f32x4" in source  # tanh calls exp
     assert "r[k] = exp(a[k])" in source  # f64
     for helper in ("dojo_exp_f32x4", "dojo_log_f32x8", "dojo_tanh_f32x4"):
@@ -446,6 +448,22 @@ def test_vector_erf_is_within_one_ulp_with_exact_tails_and_odd(cache: Path) -> N
     assert "r[k] = erf(a[k])" in source  # f64
     inputs = erf_inputs()
     check_erf(compiled_outputs(program, inputs, cache), inputs["x"])
+
+
+def test_a_comparing_helper_wider_than_the_registers_is_two_of_half_the_lanes() -> None:
+    """GCC compares a vector wider than the target's registers lane by lane, with branches; max, min,
+    exp, log and tanh of such a vector are two helpers of half as many lanes (down to the register),
+    each half through a union. erf compares by integer arithmetic and stays whole."""
+    program = load(MATH.replace("exp(x[{0}*16+{1}])", "max(exp(x[{0}*16+{1}]), 0)"))
+    avx2, neon = generate(program, get_target("x86-avx2")), generate(program, get_target("arm-neon"))
+    assert ("vf32x16 dojo_max_f32x16(vf32x16 a, vf32x16 b) { union { vf32x16 w; vf32x8 h[2]; } ua = {a}, ub = {b}, r; "
+            "r.h[0] = dojo_max_f32x8(ua.h[0], ub.h[0]);") in avx2
+    assert "vi32x16 m = (a > b)" not in avx2 and "vi32x8 m = (a > b)" in avx2
+    assert "r.h[1] = dojo_exp_f32x8(ua.h[1]);" in avx2 and "dojo_exp_f32x16(vf32x16 x)" not in avx2
+    assert "r.h[1] = dojo_exp_f32x4(ua.h[1]);" in neon and "r.h[0] = dojo_log_f32x4(ua.h[0]);" in neon
+    assert "vi32x16 m = (a > b)" in generate(program, get_target("x86-avx512"))
+    erf = generate(load(ERF), get_target("x86-avx2"))
+    assert "dojo_erf_f32x16(vf32x16 x)" in erf and "union" not in erf
 
 
 STREAMING = """kernel k(x, g) -> y, z, u, w

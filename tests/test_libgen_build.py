@@ -150,6 +150,21 @@ def test_bad_files_and_names_are_refused_with_positions(tmp_path: Path) -> None:
         build_library(resolve(["relu"], base="small"), tmp_path, method="naive", budget=1, name="my-lib")
     with pytest.raises(LibraryError, match="a library is C: target cuda"):
         build_library(resolve(["relu"], base="small"), tmp_path, method="naive", budget=1, target="cuda")
+    long = tmp_path / f"{'k' * 240}.dojo"
+    long.write_text(KERNELS["relu"].small())
+    with pytest.raises(LibraryError, match="of at most 100 characters"):
+        resolve([str(long)])
+
+
+@pytest.mark.parametrize(("name", "clash"), [
+    ("stdio", "a system header's name"), ("math", "a system header's name"), ("c", "a system library's name"),
+    ("m", "a system library's name"), ("numpy", "a Python module's name"), ("json", "a Python module's name"),
+    ("int", "a C keyword"), ("NULL", "a C keyword"), ("x" * 300, "of at most 100 characters"),
+])
+def test_a_library_name_that_would_stand_for_a_system_one_is_refused(name: str, clash: str, tmp_path: Path) -> None:
+    with pytest.raises(LibraryError, match=clash):
+        build_library(resolve(["relu"], base="small"), tmp_path, method="naive", budget=1, name=name)
+    assert not any(tmp_path.iterdir())
 
 
 def test_the_command_line_reports_errors_as_people_read_them(tmp_path: Path) -> None:

@@ -13,11 +13,13 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.evaluate import text_hash
 from dojo_ir import interpret, load, random_inputs
 from dojo_ir.library import KERNELS
-from libgen import build_library, resolve
+from libgen import build_library, csource, resolve
 
 TUNED = ["softmax", "layernorm1", "matmul", "swiglu"]
 
@@ -320,3 +322,22 @@ def test_the_transformer_block_example_gives_eager_pytorchs_outputs(tmp_path: Pa
     compiled = torch.compile(ours, fullgraph=True)
     with torch.inference_mode():
         torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(description=st.lists(st.sampled_from(["*/", "/*", "\\", "\n", "\r", "??/", "?", "*", "/", " ", "a", "INJECTED"]),
+                max_size=12).map("".join))
+def test_no_description_reaches_the_header_as_code(description: str, tmp_path_factory: pytest.TempPathFactory
+                                                   ) -> None:
+    """A spec's first comment and a model's node names are anyone's text: whatever they hold, the
+    header's preprocessed text (comments gone, lines spliced, trigraphs on as under -std=c11) keeps
+    none of it."""
+    array = {"name": "x", "dtype": "f32", "shape": [4]}
+    entry = {"name": "k", "symbol": "lg_k", "description": description + " INJECTED", "inputs": [array],
+             "outputs": [{**array, "name": "y"}], "target": "native", "method": "naive", "budget": 1, "moves": [],
+             "spec_s": 1e-6, "time_s": 1e-6}
+    path = tmp_path_factory.mktemp("header") / "lg.h"
+    path.write_text(csource.header("lg", "LG", [entry]))
+    done = subprocess.run(["gcc", "-std=c11", "-trigraphs", "-E", "-P", "-x", "c", str(path)], capture_output=True,
+                          text=True, check=True)
+    assert "INJECTED" not in done.stdout and "int lg_k(const float *x, float *y);" in done.stdout

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from dojo_ir import DojoError, diagnose, parse, parse_with_diagnostics, parser
+from dojo_ir import DojoError, diagnose, parse, parse_with_diagnostics, parser, to_text
 from dojo_ir.library import KERNELS
 from dojo_ir.parser import source_lines
 from dojo_ir.tree import Access, Binary, Num, Op, Ref, Scope, Span, Unary, walk_ops
@@ -299,6 +299,19 @@ EDGES = [
     "x f32 [, 4] heap", "x f32 [4] heap extra", "x f32 [4] heap -> a, b", "x f32 [4]", "x f32 [4:] heap",
     "inf f32 [4] heap", "x f32 [4] spec", "x f32 [99999999999999999999] heap", "x f32 [4:99999999999999999999] heap",
 ]
+
+
+def test_erf_is_a_function_of_one_argument_that_prints_back_as_written() -> None:
+    """FORMAT.md 1.1's one addition, through both paths and the printer."""
+    text = ("kernel gelu(x) -> y\n\nx f32 [4, 8] heap\ny f32 [4, 8] heap\n\n"
+            "4 8:v y[{0},{1}] = 0.5 * x[{0},{1}] * (1 + erf(x[{0},{1}] * 0.70710677))\n")
+    program = parse(text)
+    ((op, _),) = walk_ops(program.body)
+    call = op.value.right.right
+    assert (call.func, len(call.args), call.span.col) == ("erf", 1, 44)
+    assert to_text(program) == text and parse(to_text(program)) == program
+    code = text.splitlines()[-1]
+    assert _with_spans(parser.fast_line(code, 6, "body")) == _with_spans(_by_lark(code, 6, "body"))
 
 
 def test_the_fast_path_reads_plain_lines_exactly_as_lark_does() -> None:

@@ -15,7 +15,17 @@ import pytest
 import runner.roofline as roofline
 from dojo_ir import load
 from dojo_ir.library import KERNELS
-from runner.roofline import Machine, Work, bound_s, machine_cache_path, machine_limits, machine_record, work
+from runner.roofline import (
+    Machine,
+    Work,
+    bound_s,
+    fma_in_flight,
+    machine_cache_path,
+    machine_limits,
+    machine_record,
+    measured_machine,
+    work,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -127,6 +137,28 @@ def test_the_limits_are_positive_and_finite(measured: Path) -> None:
     assert detail["threads"] == machine.cores
 
 
+def test_the_fma_probe_measures_latency_and_interval(measured: Path) -> None:
+    """One dependent FMA takes longer than the interval between independent ones, and the peak's
+    chains outnumber the FMAs a core must have in flight (else the peak is a latency bound)."""
+    machine, detail = machine_limits(cache_dir=measured), machine_record(cache_dir=measured)["detail"]
+    assert detail["fma_latency_s"] > detail["fma_interval_s"] > 0
+    assert machine.fma_in_flight == fma_in_flight(detail["fma_latency_s"], detail["fma_interval_s"])
+    assert 2 <= machine.fma_in_flight < detail["chains"]
+
+
+def test_measured_machine_reads_the_record_and_never_measures(measured: Path, tmp_path: Path) -> None:
+    assert measured_machine(measured) == machine_limits(cache_dir=measured)
+    assert measured_machine(tmp_path) is None
+    assert not any(tmp_path.iterdir())  # nothing built, nothing cached
+
+
+def test_fma_in_flight_is_latency_times_ports() -> None:
+    # 4 cycles of latency and two ports at 1 GHz: a new FMA every half cycle, 8 under way
+    assert fma_in_flight(4e-9, 0.5e-9) == 8
+    assert fma_in_flight(4.1e-9, 0.51e-9) == 8  # a noisy reading rounds to the whole number
+    assert fma_in_flight(1e-9, 2e-9) == 1  # never fewer than one
+
+
 def test_the_second_call_reads_the_cache(measured: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = machine_cache_path(measured)
     assert path.parent == measured and path.is_file()
@@ -146,7 +178,7 @@ def test_refresh_measures_again_and_a_bad_cache_file_is_replaced(tmp_path: Path,
     def measure(directory: Path) -> dict:
         runs.append(directory)
         return {"version": roofline._VERSION, "cpu": roofline._cpu_model(), "cores": roofline._cores(),
-                "bandwidth_Bps": 1e10 * len(runs), "peak_flops": 1e11, "detail": {}}
+                "bandwidth_Bps": 1e10 * len(runs), "peak_flops": 1e11, "fma_in_flight": 8, "detail": {}}
 
     monkeypatch.setattr(roofline, "_measure", measure)
     assert machine_limits(cache_dir=tmp_path).bandwidth_Bps == 1e10

@@ -31,8 +31,9 @@ one file, so that a model's repeated layers are tuned once; a kernel is named af
 from __future__ import annotations
 
 import json
+import stat
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,13 +41,14 @@ from typing import Any
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import helper, numpy_helper
+from onnx import external_data_helper, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from dojo_ir import DojoError, load
 from runner.files import write_arrays, write_atomically
 
 from ..kernels import RESERVED
+from . import limits
 from .batchnorm import fold_into_conv
 from .catalogue import FOLDED, NOT_EXPRESSIBLE, kernel_for
 from .fuse import fuse_graph
@@ -126,8 +128,7 @@ def load_model(model: onnx.ModelProto | str | Path) -> tuple[str, onnx.ModelProt
         path = Path(model)
         name = path.name
         try:
-            # onnx refuses external data outside the model's directory (an absolute path, `..`, a link)
-            proto = onnx.load(path)
+            proto = _read(path)
         except (OSError, ValueError, TypeError, DecodeError, onnx.checker.ValidationError) as error:
             raise ModelError(f"{path}: error: cannot read an ONNX model: {error}") from None
         if not proto.HasField("graph"):  # protobuf reads an empty file, and some others, as an empty message
@@ -138,12 +139,13 @@ def load_model(model: onnx.ModelProto | str | Path) -> tuple[str, onnx.ModelProt
     context = onnx.checker.C.CheckerContext()
     context.ir_version = proto.ir_version
     context.opset_imports = {o.domain: o.version for o in proto.opset_import}
-    for node in graph.node:
-        try:
-            onnx.checker.check_node(node, context)
-        except (onnx.checker.ValidationError, ValueError) as error:  # a name that is not UTF-8: a ValueError
-            message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise ModelError(f"{name}: error: not a valid ONNX model: {message}") from None
+    try:
+        # the graph as a whole, so that an If, Loop or Scan body may read the values around it
+        onnx.checker.C.check_graph(_nodes_to_check(graph).SerializeToString(), context,
+                                   onnx.checker.C.LexicalScopeContext())
+    except (onnx.checker.ValidationError, ValueError) as error:  # a name that is not UTF-8: a ValueError
+        message = " ".join(str(error).split()) or type(error).__name__
+        raise ModelError(f"{name}: error: not a valid ONNX model: {message}") from None
     made = {value.name for value in (*graph.input, *graph.initializer)} | {""}
     for node in graph.node:
         missing = next((value for value in node.input if value not in made), None)
@@ -157,6 +159,63 @@ def load_model(model: onnx.ModelProto | str | Path) -> tuple[str, onnx.ModelProt
     if not all(isinstance(text, str) for text in names):  # protobuf gives a string that is not UTF-8 as bytes
         raise ModelError(f"{name}: error: not a valid ONNX model: a name is not UTF-8 text")
     return name, proto
+
+
+def _nodes_to_check(graph: onnx.GraphProto) -> onnx.GraphProto:
+    """The graph's nodes between its inputs (its initializers among them, without their data) and
+    outputs, each given a shape if it has none: the checker wants one on the main graph's values,
+    and ONNX Runtime does not, so neither does the import."""
+    checked = onnx.GraphProto(name=graph.name, node=graph.node)
+    given = {value.name for value in graph.input}
+    checked.input.extend([*graph.input, *(helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+                                          for t in graph.initializer if t.name not in given)])
+    checked.output.extend(graph.output)
+    for value in (*checked.input, *checked.output):
+        if value.type.HasField("tensor_type") and not value.type.tensor_type.HasField("shape"):
+            value.type.tensor_type.shape.SetInParent()
+    return checked
+
+
+def _read(path: Path) -> onnx.ModelProto:
+    """The model at `path`, its external data read only after its size is checked against the limits."""
+    _check_file(path, limits.MODEL_BYTES, "the model")
+    proto = onnx.load(path, load_external_data=False)
+    external = 0
+    for tensor in _all_tensors(proto.graph):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            info = external_data_helper.ExternalDataInfo(tensor)
+            where = path.parent / info.location
+            size = _check_file(where, limits.EXTERNAL_DATA_BYTES, f"tensor `{tensor.name}`'s external data")
+            external += info.length if info.length is not None else max(0, size - (info.offset or 0))
+            if external > limits.EXTERNAL_DATA_BYTES:
+                raise ValueError(f"its external data passes the limit of {limits.EXTERNAL_DATA_BYTES:,} bytes at "
+                                 f"tensor `{tensor.name}` (docs/onnx.md, Limits)")
+    # onnx refuses external data outside the model's directory (an absolute path, `..`, a link)
+    external_data_helper.load_external_data_for_model(proto, str(path.parent))
+    return proto
+
+
+def _check_file(path: Path, limit: int, what: str) -> int:
+    """The size of the regular file at `path`; ValueError for another kind of file (a pipe or a device
+    would be read forever) or one over `limit` bytes."""
+    status = path.stat()
+    if not stat.S_ISREG(status.st_mode):
+        raise ValueError(f"{what} is not a regular file")
+    if status.st_size > limit:
+        raise ValueError(f"{what} has {status.st_size:,} bytes, over the limit of {limit:,} (docs/onnx.md, Limits)")
+    return status.st_size
+
+
+def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """The graph's initializers and its nodes' tensor attributes, subgraphs' included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            for subgraph in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
+                yield from _all_tensors(subgraph)
 
 
 def static_model(name: str, model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None
@@ -236,6 +295,8 @@ def _jsonable(value: Any) -> Any:
 def _initializers(name: str, graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     constants = {}
     for tensor in graph.initializer:
+        if any(size < 0 for size in tensor.dims):
+            raise ModelError(f"{name}: error: initializer `{tensor.name}` has a negative size: {list(tensor.dims)}")
         try:
             constants[tensor.name] = numpy_helper.to_array(tensor)
         except (ValueError, TypeError, KeyError) as error:  # its data does not fill its shape; an unknown type
@@ -244,12 +305,17 @@ def _initializers(name: str, graph: onnx.GraphProto) -> dict[str, np.ndarray]:
 
 
 def _node_names(graph: onnx.GraphProto) -> list[str]:
-    """Each node's name, made up from its operator and position when it has none or a taken one."""
+    """Each node's name, made up from its operator and position when it has none or a taken one;
+    a made-up name is none that the graph gives."""
+    taken = {node.name for node in graph.node}
     names: list[str] = []
+    seen: set[str] = set()
     for i, node in enumerate(graph.node):
         name = node.name
-        if not name or name in names:
-            name = f"{node.name or node.op_type}_{i}"
+        if not name or name in seen:
+            name = fresh_name(f"{node.name or node.op_type}_{i}", taken)
+            taken.add(name)
+        seen.add(name)
         names.append(name)
     return names
 
@@ -406,12 +472,13 @@ def _fold_into_product(onnx_node: onnx.NodeProto, name: str, opset: int, tensors
     return True
 
 
-def _adopt_derived(kernel: Kernel, derived: dict[str, Derived], taken: Set[str]) -> None:
+def _adopt_derived(kernel: Kernel, derived: dict[str, Derived], taken: set[str]) -> None:
     """List the constants that `kernel` computed (Winograd's weights) in `derived`, under names
-    that neither the graph nor `derived` has, each coming from the model's own constants (through
-    those of `derived` it was computed from)."""
+    not `taken` (the graph's and `derived`'s, to which it adds those it gives), each coming from the
+    model's own constants (through those of `derived` it was computed from)."""
     for name, made in list(kernel.derived.items()):
-        fresh = fresh_name(name, taken | derived.keys())
+        fresh = fresh_name(name, taken)
+        taken.add(fresh)
         sources = tuple(s for n in made.sources for s in (derived[n].sources if n in derived else (n,)))
         derived[fresh] = kernel.derived[fresh] = Derived(made.value, sources, made.how)
         if fresh != name:
@@ -520,9 +587,10 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False,
     for record in records:
         if record["name"] in inside:
             record["unsupported"], record["computed_in"] = None, inside[record["name"]]
+    taken = values | constants.keys() | derived.keys()
     for _, kernel in graph_nodes:
-        if kernel is not None:
-            _adopt_derived(kernel, derived, values | constants.keys())
+        if kernel is not None and kernel.derived:
+            _adopt_derived(kernel, derived, taken)
     if fuse:
         groups = [(tuple(nodes), kernel) for nodes, kernel in
                   fuse_graph(graph_nodes, keep={o.name for o in graph.output})]
@@ -545,8 +613,11 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False,
 
 
 def write_import(imported: Imported, out: Path) -> list[Path]:
-    """DIR/KERNEL.dojo for each kernel and DIR/model.json, each replaced whole or not at all."""
+    """DIR/KERNEL.dojo for each kernel and DIR/model.json, each replaced whole or not at all. The
+    files an earlier import into DIR wrote (by its model.json) and this one does not are removed;
+    no other file of DIR is touched."""
     out.mkdir(parents=True, exist_ok=True)
+    earlier = _written_by(out / "model.json")
     written = []
     for name, text in imported.kernels.items():
         path = out / f"{name}.dojo"
@@ -558,4 +629,17 @@ def write_import(imported: Imported, out: Path) -> list[Path]:
         written.append(path)
     path = out / "model.json"
     write_atomically(path, (json.dumps(imported.to_json(), indent=1) + "\n").encode())
+    for name in earlier - {p.name for p in written}:
+        (out / name).unlink(missing_ok=True)
     return [*written, path]
+
+
+def _written_by(model_json: Path) -> set[str]:
+    """The file names (within its folder) that the import which wrote `model_json` wrote."""
+    try:
+        record = json.loads(model_json.read_text(encoding="utf-8"))
+        files = {call["file"] for call in record["calls"]} | ({"constants.npz"} if record["constants"] else set())
+    except (OSError, ValueError, RecursionError, KeyError, TypeError):  # none, or not one of ours: keep all
+        return set()
+    return {name for name in files if isinstance(name, str) and Path(name).name == name
+            and name.endswith((".dojo", ".npz")) and not name.startswith(".")}

@@ -22,7 +22,6 @@ is not reentrant: one thread at a time.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
@@ -35,7 +34,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..runtime import Library, aligned_empty
+from dojo_ir import load
+
+from ..manifest import arrays
+from ..runtime import Library, aligned_empty, read_manifest
 from .reads import used_names
 
 VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
@@ -86,12 +88,16 @@ class _SessionStep:
     late_inputs: list[str]
     late_outputs: list[str]  # bound to ONNX Runtime's own memory, in binding order after the placed ones
     placed: int  # how many outputs are bound to buffers of ours
+    nodes: str  # the nodes it runs, for messages
 
     def run(self, env: dict[str, np.ndarray]) -> None:
         given = [np.ascontiguousarray(env[name]) for name in self.late_inputs]  # alive while the session runs
         for name, value in zip(self.late_inputs, given, strict=True):
             self.binding.bind_cpu_input(name, value)
-        self.session.run_with_iobinding(self.binding)
+        try:
+            self.session.run_with_iobinding(self.binding)
+        except Exception as error:  # ORT raises its own types: the inputs' values fail a node (an index, a shape)
+            raise RunError(f"ONNX Runtime failed to run nodes {self.nodes}: {error}") from None
         if self.late_outputs:
             made = self.binding.get_outputs()[self.placed:]
             env.update((name, value.numpy()) for name, value in zip(self.late_outputs, made, strict=True))
@@ -103,9 +109,11 @@ class ModelRunner:
     def __init__(self, model_path: str | Path, library_dir: str | Path, fuse: bool | None = None,
                  input_shapes: Mapping[str, Sequence[int]] | None = None):
         model_path, library_dir = Path(model_path), Path(library_dir)
-        library, hashes = open_library(library_dir)
+        manifest = read_library(library_dir)
         model = read_model(model_path, input_shapes)
-        imported, held = import_in_memory(model_path, fuse, hashes, input_shapes)
+        imported, held = import_in_memory(model_path, fuse, {k["name"]: k.get("spec_hash") for k in
+                                                             manifest["kernels"]}, input_shapes)
+        library = load_library(library_dir, manifest, imported.kernels, held)
         self.model = model_path.name
         self._model, self._library, self._nodes = model, library, list(model.graph.node)
         names = [entry["name"] for entry in imported.nodes]  # one per node, in the graph's order
@@ -222,7 +230,8 @@ class ModelRunner:
             if name not in self._fixed:
                 binding.bind_output(name, "cpu")
                 late_outputs.append(name)
-        return _SessionStep(session, binding, late_inputs, late_outputs, placed)
+        nodes = ", ".join(self._nodes[i].name or self._nodes[i].op_type for i in unit.nodes)
+        return _SessionStep(session, binding, late_inputs, late_outputs, placed, f"{nodes} of {self.model}")
 
     # -- running ------------------------------------------------------------------------------------
 
@@ -254,18 +263,32 @@ class ModelRunner:
 
 # -- the library and the model ----------------------------------------------------------------------
 
-def open_library(directory: Path) -> tuple[Library, dict[str, str]]:
-    """The library at `directory` and each kernel's spec hash."""
+def read_library(directory: Path) -> dict[str, Any]:
+    """The manifest of the library at `directory`, checked for form; nothing of it is loaded."""
     if not directory.is_dir():
         raise RunError(f"{directory}: no such library directory")
-    manifest_path = directory / "manifest.json"
-    if not manifest_path.is_file():
+    if not (directory / "manifest.json").is_file():
         raise RunError(f"{directory}: not a library: it has no manifest.json (`dojo library build` writes one)")
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        hashes = {k["name"]: k["spec_hash"] for k in manifest["kernels"]}
-        return Library(directory), hashes
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        return read_manifest(directory)
+    except (OSError, ValueError) as error:
+        raise RunError(f"{directory}: cannot load the library: {error}") from None
+
+
+def load_library(directory: Path, manifest: Mapping[str, Any], kernels: Mapping[str, str],
+                 held: Collection[str]) -> Library:
+    """The library at `directory` with only the kernels `held` (built from the imported specs
+    `kernels`, by name), each taking the arrays its spec declares, whatever the manifest says.
+    Loading it runs its code; it is loaded only after the specs' hashes have been checked."""
+    entries = []
+    for entry in manifest["kernels"]:
+        if entry["name"] in held:
+            program = load(kernels[entry["name"]])
+            entries.append({**entry, "inputs": [a.to_json() for a in arrays(program, program.inputs)],
+                            "outputs": [a.to_json() for a in arrays(program, program.outputs)]})
+    try:
+        return Library(directory, {**manifest, "kernels": entries})
+    except (OSError, ValueError) as error:
         raise RunError(f"{directory}: cannot load the library: {error}") from None
 
 
@@ -275,7 +298,6 @@ def import_in_memory(path: Path, fuse: bool | None, hashes: Mapping[str, str],
     `--fuse` or not (None: the import of which the library holds more kernels, the unfused one when
     they tie), and the names of its kernels that the library holds built from the same spec."""
     from agent.evaluate import text_hash
-    from dojo_ir import load
 
     from .importer import ModelError, import_model  # the importer loads the operator catalogue
 

@@ -109,7 +109,7 @@ def _logs(paths: list[str]) -> list[Path]:
         path = Path(name)
         if not path.exists():
             raise CommandError(f"dojo agent train: error: {name}: no such file or directory")
-        found += sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
+        found += sorted([*path.rglob("*.jsonl"), *path.rglob("*.jsonl.gz")]) if path.is_dir() else [path]
     return found
 
 

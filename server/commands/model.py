@@ -21,7 +21,8 @@ def add_to(commands: argparse._SubParsersAction) -> None:
                                      "holds it, built from the same spec, and on ONNX Runtime otherwise")
     run_.add_argument("model", metavar="MODEL.onnx", help="the model")
     run_.add_argument("--library", required=True, metavar="LIBDIR", help="a library `dojo library build` wrote from "
-                      "the files `dojo import` made of this model")
+                      "the files `dojo import` made of this model. A library is code: loading it runs its shared "
+                      "library, so give only one you built or trust (docs/library.md)")
     run_.add_argument("--inputs", required=True, metavar="IN.npz", help="the model's inputs, by name (numpy.savez)")
     run_.add_argument("--out", "-o", required=True, metavar="OUT.npz", help="where to write the model's outputs")
     fusing = run_.add_mutually_exclusive_group()

@@ -3,11 +3,17 @@ or rejected as `MODEL: error: ...`; none raises."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
+import onnx
+import pytest
+from onnx import helper
+
 from bench import fuzz_onnx
 from bench.fuzz_onnx import MUTATIONS, Mutant, mutants, try_import
+from libgen.onnx.importer import ModelError, import_model
 
 COUNT = 300
 
@@ -35,3 +41,41 @@ def test_an_exception_or_an_unnamed_rejection_is_a_failure(tmp_path: Path, monke
     assert try_import(Mutant("encoder", (), b""), tmp_path, fuse=False).kind == "failed"
     monkeypatch.setattr(fuzz_onnx, "dojo", lambda argv: print("Traceback ...", file=sys.stderr) or 1)
     assert try_import(Mutant("encoder", (), b""), tmp_path, fuse=False).kind == "failed"
+
+
+def _import_error(model: Path) -> str:
+    with pytest.raises(ModelError) as raised:
+        import_model(model)
+    return str(raised.value)
+
+
+def test_a_pipe_or_a_device_as_the_model_is_refused_without_reading_it(tmp_path: Path) -> None:
+    pipe = tmp_path / "model.onnx"
+    os.mkfifo(pipe)  # nothing ever writes it: reading it would wait forever
+    assert _import_error(pipe) == f"{pipe}: error: cannot read an ONNX model: the model is not a regular file"
+    assert _import_error(Path("/dev/zero")).endswith("the model is not a regular file")
+
+
+def test_external_data_past_the_limit_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    weights = tmp_path / "weights.bin"
+    with open(weights, "wb") as sparse:  # 100 GiB that take no disk
+        sparse.truncate(100 * 2**30)
+    tensor = helper.make_tensor("w", onnx.TensorProto.FLOAT, [4], [0.0] * 4)
+    tensor.ClearField("float_data")
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    tensor.external_data.add(key="location", value="weights.bin")
+    graph = helper.make_graph([helper.make_node("Relu", ["w"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])], [tensor])
+    path = tmp_path / "model.onnx"
+    path.write_bytes(helper.make_model(graph).SerializeToString())
+    assert "over the limit of 17,179,869,184 (docs/onnx.md, Limits)" in _import_error(path)
+
+
+def test_an_initializer_of_negative_size_is_refused(tmp_path: Path) -> None:
+    tensor = helper.make_tensor("w", onnx.TensorProto.FLOAT, [4], [1.0] * 4)
+    tensor.dims[:] = [-4]
+    graph = helper.make_graph([helper.make_node("Relu", ["w"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])], [tensor])
+    path = tmp_path / "model.onnx"
+    path.write_bytes(helper.make_model(graph).SerializeToString())
+    assert _import_error(path) == "model.onnx: error: initializer `w` has a negative size: [-4]"

@@ -96,6 +96,14 @@ def test_model_json_maps_nodes_to_files(tmp_path):
         ("/add", "Add", "add", None), ("/relu", "Relu", "relu", None), ("/matmul", "MatMul", "matmul", None)]
 
 
+def test_a_reimport_removes_the_kernels_it_no_longer_writes_and_nothing_else(tmp_path):
+    write_import(import_model(chain()), tmp_path)
+    (tmp_path / "notes.dojo").write_text("mine")
+    fused = write_import(import_model(chain(), fuse=True), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*(p.name for p in fused), "notes.dojo"])
+    assert not (tmp_path / "relu.dojo").exists()
+
+
 def test_an_unsupported_node_in_the_middle_is_skipped_and_the_rest_imported():
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("TopK", ["r", "k"], ["values", "indices"], name="topk", axis=-1),
@@ -177,6 +185,14 @@ def test_identical_nodes_share_one_kernel():
     assert imported.calls[1].nodes == ("Relu_1",)  # an unnamed node gets its operator and position
     assert "1 more node" in imported.kernels["relu"]
     assert_calls_match_ort(imported, proto, {"x": normal(3, 5), "x2": normal(3, 5, seed=1)})
+
+
+def test_a_made_up_node_name_is_none_the_graph_gives():
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="Relu_1"), helper.make_node("Relu", ["a"], ["b"], name=""),
+             helper.make_node("Relu", ["b"], ["y"], name="Relu_1")]
+    proto = model(nodes, [tensor("x", [3, 5])], [tensor("y", [3, 5])])
+    names = [record["name"] for record in import_model(proto).nodes]
+    assert len(set(names)) == 3 and names[0] == "Relu_1"
 
 
 def test_different_shapes_of_one_operator_get_numbered_names():

@@ -20,7 +20,7 @@ static inline float dojo_max_f32(float a, float b) { return a != a ? a : (a > b 
 #if defined(__AVX512F__) && 16 == 16
 #include <immintrin.h>
 #endif
-static inline vf32x16 dojo_exp_f32x16(vf32x16 x)
+static inline __attribute__((always_inline)) vf32x16 dojo_exp_f32x16(vf32x16 x)
 {
 #if defined(__AVX512F__) && 16 == 16
     /* the same steps in AVX-512's own instructions: vscalefps multiplies by 2^n, rounding once */
