@@ -5,14 +5,18 @@
     for s in imported.skipped:
         print(s.node, s.op, s.feature, s.detail)
 
-The model is loaded with `onnx.load` and its shapes inferred (`infer_shapes` with data
-propagation). Each node becomes a kernel at its static shapes through `catalogue.kernel_for`;
-a node that cannot (an operator the format cannot express, one not written yet, a symbolic or
-unknown shape, a dtype the format does not have) is Skipped with the feature, never approximated.
+The model is loaded with `onnx.load`, its inputs fixed at `input_shapes` (`--input-shape`), each
+Cast to BOOL moved after the moves of its result (select.py's casts_late) and its shapes inferred
+(shapes.py: ONNX Runtime's symbolic shape inference). Each node becomes a kernel at its static
+shapes through `catalogue.kernel_for`, a Where or a Cast of a boolean through select.py, which
+computes the booleans of its condition inside its kernel (model.json's `computed_in`); a node that
+cannot (an operator the format cannot express, one not written yet, a symbolic or unknown shape,
+a dtype the format does not have) is Skipped with the feature, never approximated.
 
 Constants: initializers and Constant nodes are known at import, and so are the results of Shape
 and Size at static shapes. Nodes that only move such constants around as exported models do
-(FOLDABLE: Identity, Cast, Unsqueeze, Concat, Gather, Slice with constant inputs) are evaluated
+(FOLDABLE: Identity, Cast, Unsqueeze, Concat, Gather, Slice with constant inputs), and any node
+of constant inputs that makes integers or booleans (shape arithmetic), are evaluated
 here with onnx's numpy reference implementation, so that a Reshape fed by Shape -> Gather ->
 Concat sees its shape. Folded nodes have neither a kernel nor a reason: in model.json they have
 `"kernel": null, "unsupported": null`, and a runner computes them as it computes skipped nodes.
