@@ -5,14 +5,18 @@
     for s in imported.skipped:
         print(s.node, s.op, s.feature, s.detail)
 
-The model is loaded with `onnx.load` and its shapes inferred (`infer_shapes` with data
-propagation). Each node becomes a kernel at its static shapes through `catalogue.kernel_for`;
-a node that cannot (an operator the format cannot express, one not written yet, a symbolic or
-unknown shape, a dtype the format does not have) is Skipped with the feature, never approximated.
+The model is loaded with `onnx.load`, its inputs fixed at `input_shapes` (`--input-shape`), each
+Cast to BOOL moved after the moves of its result (select.py's casts_late) and its shapes inferred
+(shapes.py: ONNX Runtime's symbolic shape inference). Each node becomes a kernel at its static
+shapes through `catalogue.kernel_for`, a Where or a Cast of a boolean through select.py, which
+computes the booleans of its condition inside its kernel (model.json's `computed_in`); a node that
+cannot (an operator the format cannot express, one not written yet, a symbolic or unknown shape,
+a dtype the format does not have) is Skipped with the feature, never approximated.
 
 Constants: initializers and Constant nodes are known at import, and so are the results of Shape
 and Size at static shapes. Nodes that only move such constants around as exported models do
-(FOLDABLE: Identity, Cast, Unsqueeze, Concat, Gather, Slice with constant inputs) are evaluated
+(FOLDABLE: Identity, Cast, Unsqueeze, Concat, Gather, Slice with constant inputs), and any node
+of constant inputs that makes integers or booleans (shape arithmetic), are evaluated
 here with onnx's numpy reference implementation, so that a Reshape fed by Shape -> Gather ->
 Concat sees its shape. Folded nodes have neither a kernel nor a reason: in model.json they have
 `"kernel": null, "unsupported": null`, and a runner computes them as it computes skipped nodes.
@@ -55,8 +59,13 @@ from .fuse import fuse_graph
 from .nodes import DTYPES, Derived, Kernel, Node, Unsupported, Value, fresh_name, identifier
 from .reads import used_names
 from .registry import OPERATORS
+from .select import Graph, casts_late, computed_inside, select_kernel, selects
+from .shapes import ShapeError, infer_shapes, with_input_shapes
 
 FOLDABLE = frozenset({"Identity", "Cast", "Unsqueeze", "Concat", "Gather", "Slice"})
+INTEGRAL = frozenset({onnx.TensorProto.BOOL, onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16,
+                      onnx.TensorProto.INT8, onnx.TensorProto.UINT64, onnx.TensorProto.UINT32,
+                      onnx.TensorProto.UINT16, onnx.TensorProto.UINT8})
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -98,10 +107,13 @@ class Imported:
     outputs: tuple[dict[str, Any], ...] = ()
     nodes: tuple[dict[str, Any], ...] = ()
     constants: Mapping[str, Derived] = field(default_factory=dict)  # written to DIR/constants.npz
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # as --input-shape fixed them
 
     def to_json(self) -> dict[str, Any]:
         """DIR/model.json."""
-        return {"format": 1, "model": self.model, "fused": self.fused, "inputs": list(self.inputs),
+        return {"format": 1, "model": self.model, "fused": self.fused,
+                "input_shapes": {name: list(shape) for name, shape in self.input_shapes.items()},
+                "inputs": list(self.inputs),
                 "outputs": list(self.outputs),
                 "constants": [derived.json(name) for name, derived in self.constants.items()],
                 "calls": [{"kernel": c.kernel, "file": f"{c.kernel}.dojo", "nodes": list(c.nodes),
@@ -210,9 +222,14 @@ def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
                 yield from _all_tensors(subgraph)
 
 
-def _infer(name: str, model: onnx.ModelProto) -> onnx.ModelProto:
+def static_model(name: str, model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None
+                 ) -> onnx.ModelProto:
+    """`model` with its inputs at `input_shapes` and every value's shape inferred (shapes.py);
+    ModelError naming the file, or the option for a shape that does not fit."""
     try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        return infer_shapes(casts_late(with_input_shapes(model, input_shapes or {})))
+    except ShapeError as error:
+        raise ModelError(f"{name}: error: {error}") from None
     except (onnx.shape_inference.InferenceError, ValueError) as error:
         raise ModelError(f"{name}: error: the model's shapes cannot be inferred: {error}") from None
 
@@ -323,8 +340,8 @@ def _fold(node: onnx.NodeProto, opset: int, constants: Mapping[str, np.ndarray],
             return [np.array(int(np.prod(dims)), np.int64)]
         attributes = _attributes(node)
         return [np.array(dims[attributes.get("start", 0):attributes.get("end", len(dims))], np.int64)]
-    if node.op_type not in FOLDED and (node.op_type not in FOLDABLE
-                                       or not all(not n or n in constants for n in node.input)):
+    constant = all(n in constants for n in used_names(node))
+    if node.op_type not in FOLDED and not (constant and (node.op_type in FOLDABLE or _integral(node, tensors))):
         return None
     # onnx's reference implementation at the model's opset: the attributes' meaning changed over opsets
     inputs = [n for n in node.input if n]
@@ -335,6 +352,15 @@ def _fold(node: onnx.NodeProto, opset: int, constants: Mapping[str, np.ndarray],
         return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, {n: constants[n] for n in inputs})]
     except (ValueError, TypeError, IndexError, RuntimeError):
         return None  # not foldable after all (an index out of range...): the node is imported as any other
+
+
+def _integral(node: onnx.NodeProto, tensors: Mapping[str, Tensor]) -> bool:
+    """Whether `node` makes only integers or booleans, and is not random: of constant inputs, that
+    is shape arithmetic or a mask's condition, which exporters compute in the graph (Equal ->
+    Where -> Expand), and no kernel can hold a boolean."""
+    outputs = [tensors.get(n) for n in node.output if n]
+    return NOT_EXPRESSIBLE.get(node.op_type, ("", ""))[0] != "random" and bool(outputs) and all(
+        t is not None and t.elem_type in INTEGRAL for t in outputs)
 
 
 # -- nodes ------------------------------------------------------------------------------------------------
@@ -395,6 +421,29 @@ def _loose_node(node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[st
                 constants: Mapping[str, np.ndarray]) -> Node:
     """The node as far as it is known, for a node without a kernel (fusion reads only its names)."""
     return _node(node, name, opset, lambda n: _loose_value(n, tensors, constants))
+
+
+def _select_graph(tensors: Mapping[str, Tensor], constants: Mapping[str, np.ndarray]) -> Graph:
+    """The graph as a select reads it (select.py); its makers are filled in as nodes are imported."""
+    def is_boolean(name: str) -> bool:
+        if name in constants:
+            return constants[name].dtype == np.bool_
+        return name in tensors and tensors[name].elem_type == onnx.TensorProto.BOOL
+
+    return Graph({}, is_boolean, constants.get, lambda n: _value(n, tensors, constants))
+
+
+def _select(onnx_node: onnx.NodeProto, name: str, opset: int, around: Graph, tensors: Mapping[str, Tensor],
+            constants: Mapping[str, np.ndarray], computes: dict[str, set[str]]) -> tuple[Node, Kernel | Unsupported]:
+    """The node of a Where (or a Cast of a boolean) and its kernel, the condition computed inside;
+    the boolean nodes it computes join `computes`."""
+    try:
+        node, kernel, inside = select_kernel(onnx_node, name, opset, around)
+        result = _checked(lambda _: kernel, node)
+    except Unsupported as why:
+        return _loose_node(onnx_node, name, opset, tensors, constants), why
+    computes[name] = inside
+    return node, result
 
 
 def _fold_into_product(onnx_node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[str, Tensor],
@@ -487,11 +536,12 @@ def _calls(model: str, groups: list[tuple[tuple[Node, ...], Kernel]]) -> tuple[d
     return kernels, calls
 
 
-def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> Imported:
-    """The kernels, calls and skipped nodes of `model` (a file or a loaded model); ModelError when
-    it cannot be read."""
+def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False,
+                 input_shapes: Mapping[str, Sequence[int]] | None = None) -> Imported:
+    """The kernels, calls and skipped nodes of `model` (a file or a loaded model), its inputs at
+    `input_shapes` where given; ModelError when it cannot be read."""
     name, proto = load_model(model)
-    proto = _infer(name, proto)
+    proto = static_model(name, proto, input_shapes)
     graph = proto.graph
     opset = next((o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS), 1)
     tensors = _tensors(graph)
@@ -507,6 +557,8 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
     readers = Counter(n for node in graph.node for n in used_names(node))
     readers.update(o.name for o in graph.output)
     values = {*tensors, *(n for node in graph.node for n in (*node.input, *node.output))}
+    around = _select_graph(tensors, constants)
+    computes: dict[str, set[str]] = {}  # a select's node -> the boolean nodes its kernel computes
     for onnx_node, node_name in zip(graph.node, names, strict=True):
         record = {"name": node_name, "op": onnx_node.op_type, "inputs": list(onnx_node.input),
                   "outputs": list(onnx_node.output), "attributes": {k: _jsonable(v) for k, v in
@@ -520,7 +572,11 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
         if _fold_into_product(onnx_node, node_name, opset, tensors, constants, graph_nodes, made_by, readers,
                               derived, absorbed, values):
             continue
-        node, result = _kernel(onnx_node, node_name, opset, tensors, constants)
+        if onnx_node.domain in DEFAULT_DOMAINS and selects(onnx_node, around):
+            node, result = _select(onnx_node, node_name, opset, around, tensors, constants, computes)
+        else:
+            node, result = _kernel(onnx_node, node_name, opset, tensors, constants)
+        around.makers.update((o, (onnx_node, node_name)) for o in onnx_node.output)
         if isinstance(result, Unsupported):
             skipped.append(Skipped(node_name, onnx_node.op_type, result.feature, result.detail))
             record["unsupported"] = {"feature": result.feature, "detail": result.detail}
@@ -529,6 +585,12 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
             made_by.update((o, (len(graph_nodes), onnx_node)) for o in onnx_node.output)
             graph_nodes.append((node, result))
 
+    inside = computed_inside(graph, names, computes)
+    skipped = [s for s in skipped if s.node not in inside]
+    graph_nodes = [(node, kernel) for node, kernel in graph_nodes if node.name not in inside]
+    for record in records:
+        if record["name"] in inside:
+            record["unsupported"], record["computed_in"] = None, inside[record["name"]]
     taken = values | constants.keys() | derived.keys()
     for _, kernel in graph_nodes:
         if kernel is not None and kernel.derived:
@@ -551,7 +613,7 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False) -> 
         constants={n: d for n, d in derived.items() if any(n in call.inputs for call in calls)},
         inputs=tuple(_tensor(i).json(i.name) for i in graph.input if i.name not in known and _tensor(i)),
         outputs=tuple(_tensor(o).json(o.name) for o in graph.output if _tensor(o)),
-        nodes=tuple(records))
+        nodes=tuple(records), input_shapes={n: tuple(s) for n, s in (input_shapes or {}).items()})
 
 
 def write_import(imported: Imported, out: Path) -> list[Path]:

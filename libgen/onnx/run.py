@@ -12,7 +12,8 @@ import runs on the library's kernel of its name only when that kernel was built 
 model or another import never computes something else. Reshape, Flatten, Squeeze, Unsqueeze and
 Identity are numpy views of their input; nodes of constant inputs only (Constant, what the import
 folds) are computed once, when the runner is made, and so are the constants the import derives
-(a Conv's weights with a BatchNormalization folded in); every other node runs on ONNX Runtime: one
+(a Conv's weights with a BatchNormalization folded in) and the Shape or Size of a value of static
+shape; every other node runs on ONNX Runtime: one
 session per run of consecutive such nodes, built once, with as many intra-op threads as the
 process has cores. Every value of static shape has a 64-byte aligned buffer, planned once, that
 the library's kernels and ONNX Runtime (through an IOBinding) write in place, so a run only copies
@@ -117,12 +118,13 @@ class _SessionStep:
 class ModelRunner:
     """The model at `model_path` run on the library at `library_dir` (see the module's docstring)."""
 
-    def __init__(self, model_path: str | Path, library_dir: str | Path, fuse: bool | None = None):
+    def __init__(self, model_path: str | Path, library_dir: str | Path, fuse: bool | None = None,
+                 input_shapes: Mapping[str, Sequence[int]] | None = None):
         model_path, library_dir = Path(model_path), Path(library_dir)
         manifest = read_library(library_dir)
-        model = read_model(model_path)
+        model = read_model(model_path, input_shapes)
         imported, held = import_in_memory(model_path, fuse, {k["name"]: k.get("spec_hash") for k in
-                                                             manifest["kernels"]})
+                                                             manifest["kernels"]}, input_shapes)
         library = load_library(library_dir, manifest, imported.kernels, held)
         self.model = model_path.name
         self._model, self._library, self._nodes = model, library, list(model.graph.node)
@@ -138,7 +140,14 @@ class ModelRunner:
             _classify(unit, self._nodes, library, held, self.infos)
         units = _needed(_ordered(units), self.outputs)
         for unit in units:
-            if unit.kind == "onnxruntime" and all(n in self._constants for n in unit.inputs) and not any(
+            known = _static_shape(unit, self._nodes, self.infos)
+            if known is not None:  # a Shape of a value of static shape, as the import folds it
+                self._constants[unit.outputs[0]], unit.kind = known, "constant"
+            elif unit.kind == "view" and unit.inputs[0] in self._constants:  # shape arithmetic goes on
+                self._constants[unit.outputs[0]] = self._constants[unit.inputs[0]].reshape(
+                    self.infos[unit.outputs[0]].shape)
+                unit.kind = "constant"
+            elif unit.kind == "onnxruntime" and all(n in self._constants for n in unit.inputs) and not any(
                     self._nodes[i].op_type in RANDOM for i in unit.nodes):
                 self._constants.update(zip(unit.outputs, self._session(unit, self._constants).run(None, {}),
                                            strict=True))
@@ -320,10 +329,11 @@ def load_library(directory: Path, manifest: Mapping[str, Any], kernels: Mapping[
         raise RunError(f"{directory}: cannot load the library: {error}") from None
 
 
-def import_in_memory(path: Path, fuse: bool | None, hashes: Mapping[str, str]) -> tuple[Any, set[str]]:
-    """What `dojo import` would write for the model at `path`, with `--fuse` or not (None: the
-    import of which the library holds more kernels, the unfused one when they tie), and the names
-    of its kernels that the library holds built from the same spec."""
+def import_in_memory(path: Path, fuse: bool | None, hashes: Mapping[str, str],
+                     input_shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[Any, set[str]]:
+    """What `dojo import` would write for the model at `path` (its inputs at `input_shapes`), with
+    `--fuse` or not (None: the import of which the library holds more kernels, the unfused one when
+    they tie), and the names of its kernels that the library holds built from the same spec."""
     from agent.evaluate import text_hash
 
     from .importer import ModelError, import_model  # the importer loads the operator catalogue
@@ -332,17 +342,20 @@ def import_in_memory(path: Path, fuse: bool | None, hashes: Mapping[str, str]) -
         return {name for name, text in imported.kernels.items() if hashes.get(name) == text_hash(load(text))}
 
     try:
-        imports = [import_model(path, fuse=choice) for choice in ([False, True] if fuse is None else [fuse])]
+        imports = [import_model(path, fuse=choice, input_shapes=input_shapes)
+                   for choice in ([False, True] if fuse is None else [fuse])]
     except ModelError as error:
         raise RunError(str(error).replace(": error: ", ": ", 1)) from None
     return max(((imported, held(imported)) for imported in imports), key=lambda pair: len(pair[1]))
 
 
-def read_model(path: Path) -> onnx.ModelProto:
-    from .importer import ModelError, load_model
+def read_model(path: Path, input_shapes: Mapping[str, Sequence[int]] | None = None) -> onnx.ModelProto:
+    """The model at `path` as the import sees it: its inputs at `input_shapes`, its shapes inferred."""
+    from .importer import ModelError, load_model, static_model
 
     try:
-        return load_model(path)[1]
+        name, model = load_model(path)
+        return static_model(name, model, input_shapes)
     except ModelError as error:
         raise RunError(str(error).replace(": error: ", ": ", 1)) from None
 
@@ -354,9 +367,23 @@ def model_inputs(model: onnx.ModelProto, infos: Mapping[str, Info], name: str) -
     for value in model.graph.input:
         if value.name not in initializers:
             if _shape(infos, value.name) is None:
-                raise RunError(f"{name}: input `{value.name}` has no fixed shape; give it one to run the model")
+                raise RunError(f"{name}: input `{value.name}` has no fixed shape; give it one with --input-shape "
+                               f"{value.name}=D,D,... (as to `dojo import`)")
             inputs[value.name] = infos[value.name]
     return inputs
+
+
+def _static_shape(unit: _Unit, nodes: Sequence[onnx.NodeProto], infos: Mapping[str, Info]) -> np.ndarray | None:
+    """The output of a unit that is one Shape or Size node of a value of static shape, else None."""
+    node = nodes[unit.nodes[0]]
+    if unit.kind != "onnxruntime" or len(unit.nodes) != 1 or node.op_type not in ("Shape", "Size") \
+            or node.domain not in ("", "ai.onnx") or _shape(infos, node.input[0]) is None:
+        return None
+    dims = _shape(infos, node.input[0])
+    if node.op_type == "Size":
+        return np.array(math.prod(dims), np.int64)
+    attributes = {a.name: a.i for a in node.attribute}
+    return np.array(dims[attributes.get("start", 0):attributes.get("end", len(dims))], np.int64)
 
 
 def _shape(infos: Mapping[str, Info], name: str) -> Shape | None:
@@ -365,10 +392,9 @@ def _shape(infos: Mapping[str, Info], name: str) -> Shape | None:
 
 
 def value_infos(model: onnx.ModelProto) -> dict[str, Info]:
-    """The dtype and static shape of every value that shape inference or the graph declares (the
-    import inferred the same way, so this does not fail)."""
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    graph = inferred.graph
+    """The dtype and static shape of every value that the graph of `model`, whose shapes
+    `read_model` inferred as the import does, declares."""
+    graph = model.graph
     infos: dict[str, Info] = {}
     for value in [*graph.input, *graph.value_info, *graph.output]:
         kind = value.type.tensor_type

@@ -26,6 +26,8 @@ def add_to(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", "-o", metavar="DIR", help="where the .dojo files and model.json go")
     parser.add_argument("--fuse", action="store_true", help="join elementwise chains, and reductions with the "
                         "elementwise nodes around them, into one kernel each")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...", help="fix the "
+                        "shape of input NAME (its symbolic dimensions); repeatable")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a node has no kernel (after writing the "
                         "others)")
     parser.add_argument("--coverage", action="store_true", help="print which operators of the default ONNX domain "
@@ -43,10 +45,13 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise CommandError("dojo import: error: name a model and --out DIR (or ask for --coverage)")
     # imported here: onnx loads only for this command
     from libgen.onnx.importer import ModelError, import_model, write_import
+    from libgen.onnx.shapes import ShapeError, parse_input_shapes
 
     out = Path(args.out)
     try:
-        imported = import_model(args.model, fuse=args.fuse)
+        imported = import_model(args.model, fuse=args.fuse, input_shapes=parse_input_shapes(args.input_shape))
+    except ShapeError as error:
+        raise CommandError(f"dojo import: error: {error}") from None
     except ModelError as error:
         raise CommandError(str(error)) from None
     try:
@@ -62,10 +67,13 @@ def cmd_import(args: argparse.Namespace) -> int:
                           "skipped": [vars(s) for s in imported.skipped]}))
     else:
         covered = sum(len(c.nodes) for c in imported.calls)
+        inside = sum(1 for record in imported.nodes if record.get("computed_in"))
         derived = f", derived weights in {out / 'constants.npz'}" if imported.constants else ""
+        selects = f", {inside} computed inside the kernels that read them" if inside else ""
         print(f"{out}: {len(imported.kernels)} kernels for {covered} of {nodes} nodes of {imported.model} "
-              f"({len(imported.skipped)} without a kernel, {nodes - covered - len(imported.skipped)} folded at "
-              f"import); map in {out / 'model.json'}{derived}")
+              f"({len(imported.skipped)} without a kernel, left to ONNX Runtime; "
+              f"{nodes - covered - len(imported.skipped) - inside} folded at import{selects}); "
+              f"map in {out / 'model.json'}{derived}")
     return 1 if args.strict and imported.skipped else 0
 
 

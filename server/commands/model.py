@@ -31,6 +31,8 @@ def add_to(commands: argparse._SubParsersAction) -> None:
     fusing.add_argument("--fuse", action="store_true", default=None, help="the model as `dojo import --fuse` imports "
                         "it (default: the import, fused or not, whose kernels the library holds more of)")
     fusing.add_argument("--no-fuse", action="store_false", dest="fuse", help="the model as `dojo import` imports it")
+    run_.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...", help="fix the shape of "
+                      "input NAME, as given to `dojo import`; repeatable")
     run_.add_argument("--json", action="store_true", help="where each node ran, as JSON")
     run_.set_defaults(run=cmd_model_run)
     add_profile_parser(model_commands)
@@ -40,6 +42,7 @@ def add_to(commands: argparse._SubParsersAction) -> None:
 def cmd_model_run(args: argparse.Namespace) -> int:
     # imported here: onnx and ONNX Runtime load only for this command
     from libgen.onnx.run import ModelRunner, RunError
+    from libgen.onnx.shapes import ShapeError, parse_input_shapes
 
     try:
         feeds = read_arrays(Path(args.inputs))
@@ -48,9 +51,10 @@ def cmd_model_run(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise CommandError(f"dojo model run: error: {args.inputs}: {error}") from None
     try:
-        runner = ModelRunner(args.model, args.library, fuse=args.fuse)
+        runner = ModelRunner(args.model, args.library, fuse=args.fuse,
+                             input_shapes=parse_input_shapes(args.input_shape))
         outputs = runner.run(feeds)
-    except RunError as error:
+    except (RunError, ShapeError) as error:
         raise CommandError(f"dojo model run: error: {error}") from None
     out = Path(args.out)
     try:

@@ -204,6 +204,19 @@ def reduce_log_sum_exp(node: Node) -> Kernel:
 def softmax(node: Node) -> Kernel:
     """Along `axis` from opset 13; before, over every axis from `axis` on (the input flattened to
     2-D there). Both subtract the maximum before exp, as ONNX Runtime does."""
+    return _softmax(node, empty_rows_zero=False)
+
+
+def softmax_empty_rows_zero(node: Node) -> Kernel:
+    """The Softmax `node` with its rows of -inf only (a mask took every position) made 0 instead of
+    NaN, as torch's scaled_dot_product_attention writes it: Where(IsNaN(softmax), 0, softmax).
+    The maximum is raised to the least finite float, so such a row's exps are 0, and the sum to 1,
+    which changes no other row: the sum of a row of finite maximum is at least exp(0) = 1. A row
+    holding a NaN or +inf still gives NaN, where the guard would give 0."""
+    return _softmax(node, empty_rows_zero=True)
+
+
+def _softmax(node: Node, empty_rows_zero: bool) -> Kernel:
     (x,), (y,) = node.inputs, node.outputs
     kernel = Kernel(node.op.lower())
     xs, ys = kernel.input(x), kernel.output(y)
@@ -220,9 +233,14 @@ def softmax(node: Node) -> Kernel:
         elementwise(kernel, x.shape, ys.at, lambda i: f"{xs.at(i)} - {reduction.at(m, i)} - {reduction.at(s, i)}")
         return kernel
     e = kernel.temporary("e", x.dtype, x.shape)
-    elementwise(kernel, x.shape, e.at, lambda i: f"exp({xs.at(i)} - {reduction.at(m, i)})")
+    largest = np.format_float_scientific(np.finfo(NUMPY[x.dtype]).max, unique=True).replace("+", "")
+    lowest = f"(-{largest})"  # the least finite float, as short as it reads back
+    maximum = (lambda i: f"max({reduction.at(m, i)}, {lowest})") if empty_rows_zero else \
+        (lambda i: reduction.at(m, i))
+    elementwise(kernel, x.shape, e.at, lambda i: f"exp({xs.at(i)} - {maximum(i)})")
     reduce(kernel, reduction, s, "0", "+=", e.at)
-    elementwise(kernel, x.shape, ys.at, lambda i: f"{e.at(i)} / {reduction.at(s, i)}")
+    total = (lambda i: f"max({reduction.at(s, i)}, 1)") if empty_rows_zero else (lambda i: reduction.at(s, i))
+    elementwise(kernel, x.shape, ys.at, lambda i: f"{e.at(i)} / {total(i)}")
     return kernel
 
 
