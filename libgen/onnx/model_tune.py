@@ -87,11 +87,13 @@ class TuneOptions:
     repeats: int = DEFAULT_REPEATS
     min_time_s: float = MIN_TIME_S
     checkpoint: Path | None = None
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()  # as --input-shape fixes them
 
     def identity(self) -> dict[str, Any]:
         """What a resumed tune must share with the one it goes on from."""
         return {"method": self.method, "graph": self.graph if self.method in SEARCHES else "", "seed": self.seed,
-                "fuse": self.fuse, "round_size": self.round_size, "target": self.target, "name": self.name}
+                "fuse": self.fuse, "round_size": self.round_size, "target": self.target, "name": self.name,
+                **({"input_shapes": {n: list(s) for n, s in self.input_shapes}} if self.input_shapes else {})}
 
 
 @dataclass(frozen=True)
@@ -191,7 +193,7 @@ class _Tune:
         self.tell("stage", f"{self.model.name}: profiling on {', '.join(map(str, [self.out, *others]))}")
         try:
             return profile_in_subprocess(self.model, [self.out, *others], self.options.fuse, self.options.repeats,
-                                         self.options.seed)
+                                         self.options.seed, dict(self.options.input_shapes))
         except RunError as error:
             raise TuneError(f"{self.model}: error: cannot profile the model on its library: {error}") from None
 
@@ -264,12 +266,13 @@ def _record(out: Path, spec: KernelSpec) -> Tuned:
     return tuned
 
 
-def _specs(model: Path, fuse: bool) -> tuple[Any, list[KernelSpec]]:
+def _specs(model: Path, options: TuneOptions) -> tuple[Any, list[KernelSpec]]:
     from .importer import ModelError, import_model
+    from .shapes import ShapeError
 
     try:
-        imported = import_model(model, fuse=fuse)
-    except ModelError as error:
+        imported = import_model(model, fuse=options.fuse, input_shapes=dict(options.input_shapes))
+    except (ModelError, ShapeError) as error:
         raise TuneError(str(error)) from None
     if not imported.kernels:
         raise TuneError(f"{model}: error: no node of the model has a kernel: there is nothing to tune")
@@ -304,7 +307,7 @@ def tune_model(model: Path, out: Path, *, budget: int | None = None, time_limit_
     that cannot be imported or a directory that holds another tune, KeyboardInterrupt when
     interrupted (DIR/tune.json then holds every round that finished)."""
     _check(model, out, budget, time_limit_s, options)
-    imported, specs = _specs(model, options.fuse)
+    imported, specs = _specs(model, options)
     if budget is None and time_limit_s is None:
         budget = BUDGET_PER_KERNEL * len(specs)
     tune = _Tune(model, out, options, specs, budget, time_limit_s, on_event or (lambda _: None))

@@ -42,6 +42,7 @@ from runner.result import format_time
 from runner.roofline import Machine, MachineError, bound_s, machine_limits, work
 
 from .run import CORES, Info, ModelRunner, RunError, cores
+from .shapes import parse_input_shapes
 
 DEFAULT_REPEATS = 20
 # OpenMP's threads bound one per core, as the runner binds a timed binary's (runner/local.py): unbound,
@@ -241,11 +242,14 @@ def format_profile(report: ModelProfile) -> str:
 # -- in another process -----------------------------------------------------------------------------
 
 def profile_in_subprocess(model: Path, libraries: Sequence[Path], fuse: bool | None, repeats: int = DEFAULT_REPEATS,
-                          seed: int = 0) -> list[ModelProfile]:
-    """`profile_models` of the model on each library as it is on disk now, in a fresh process, on
-    random inputs of `seed`. Raises RunError with the child's message when it fails."""
+                          seed: int = 0, input_shapes: Mapping[str, Sequence[int]] | None = None
+                          ) -> list[ModelProfile]:
+    """`profile_models` of the model (its inputs at `input_shapes`) on each library as it is on disk
+    now, in a fresh process, on random inputs of `seed`. Raises RunError with the child's message
+    when it fails."""
+    shapes = [f"--input-shape={name}={','.join(map(str, shape))}" for name, shape in (input_shapes or {}).items()]
     command = [sys.executable, "-m", "libgen.onnx.profile", str(model), *map(str, libraries), "--repeats", str(repeats),
-               "--seed", str(seed), *([] if fuse is None else ["--fuse" if fuse else "--no-fuse"])]
+               "--seed", str(seed), *([] if fuse is None else ["--fuse" if fuse else "--no-fuse"]), *shapes]
     path = os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))
     done = subprocess.run(command, capture_output=True, text=True,
                           env=BOUND_THREADS | os.environ | {"PYTHONPATH": path})
@@ -264,10 +268,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fuse", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--input-shape", action="append", default=[])
     args = parser.parse_args(argv)
     bind_openmp_threads()
     try:
-        runners = [ModelRunner(args.model, library, fuse=args.fuse) for library in args.libraries]
+        shapes = parse_input_shapes(args.input_shape)
+        runners = [ModelRunner(args.model, library, fuse=args.fuse, input_shapes=shapes) for library in args.libraries]
         reports = profile_models(runners, random_feeds(runners[0].inputs, args.seed), args.repeats)
     except (RunError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from .shared import CommandError
+from .shared import CommandError, add_input_shape_option, input_shapes
 
 
 def add_to(commands: argparse._SubParsersAction) -> None:
@@ -26,8 +26,7 @@ def add_to(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", "-o", metavar="DIR", help="where the .dojo files and model.json go")
     parser.add_argument("--fuse", action="store_true", help="join elementwise chains, and reductions with the "
                         "elementwise nodes around them, into one kernel each")
-    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...", help="fix the "
-                        "shape of input NAME (its symbolic dimensions); repeatable")
+    add_input_shape_option(parser)
     parser.add_argument("--strict", action="store_true", help="exit 1 when a node has no kernel (after writing the "
                         "others)")
     parser.add_argument("--coverage", action="store_true", help="print which operators of the default ONNX domain "
@@ -45,11 +44,11 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise CommandError("dojo import: error: name a model and --out DIR (or ask for --coverage)")
     # imported here: onnx loads only for this command
     from libgen.onnx.importer import ModelError, import_model, write_import
-    from libgen.onnx.shapes import ShapeError, parse_input_shapes
+    from libgen.onnx.shapes import ShapeError
 
     out = Path(args.out)
     try:
-        imported = import_model(args.model, fuse=args.fuse, input_shapes=parse_input_shapes(args.input_shape))
+        imported = import_model(args.model, fuse=args.fuse, input_shapes=input_shapes(args, "import"))
     except ShapeError as error:
         raise CommandError(f"dojo import: error: {error}") from None
     except ModelError as error:

@@ -9,11 +9,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from runner.files import read_arrays, write_arrays
+from runner.files import write_arrays
 
-from .model_profile import add_profile_parser
+from .model_profile import add_profile_parser, read_feeds
 from .model_tune import add_tune_parser
-from .shared import CommandError
+from .shared import CommandError, add_input_shape_option, input_shapes
 
 
 def add_to(commands: argparse._SubParsersAction) -> None:
@@ -31,8 +31,7 @@ def add_to(commands: argparse._SubParsersAction) -> None:
     fusing.add_argument("--fuse", action="store_true", default=None, help="the model as `dojo import --fuse` imports "
                         "it (default: the import, fused or not, whose kernels the library holds more of)")
     fusing.add_argument("--no-fuse", action="store_false", dest="fuse", help="the model as `dojo import` imports it")
-    run_.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...", help="fix the shape of "
-                      "input NAME, as given to `dojo import`; repeatable")
+    add_input_shape_option(run_)
     run_.add_argument("--json", action="store_true", help="where each node ran, as JSON")
     run_.set_defaults(run=cmd_model_run)
     add_profile_parser(model_commands)
@@ -42,17 +41,11 @@ def add_to(commands: argparse._SubParsersAction) -> None:
 def cmd_model_run(args: argparse.Namespace) -> int:
     # imported here: onnx and ONNX Runtime load only for this command
     from libgen.onnx.run import ModelRunner, RunError
-    from libgen.onnx.shapes import ShapeError, parse_input_shapes
+    from libgen.onnx.shapes import ShapeError
 
+    feeds = read_feeds(args.inputs, "run")
     try:
-        feeds = read_arrays(Path(args.inputs))
-    except FileNotFoundError:
-        raise CommandError(f"dojo model run: error: {args.inputs}: no such file") from None
-    except ValueError as error:
-        raise CommandError(f"dojo model run: error: {args.inputs}: {error}") from None
-    try:
-        runner = ModelRunner(args.model, args.library, fuse=args.fuse,
-                             input_shapes=parse_input_shapes(args.input_shape))
+        runner = ModelRunner(args.model, args.library, fuse=args.fuse, input_shapes=input_shapes(args, "model run"))
         outputs = runner.run(feeds)
     except (RunError, ShapeError) as error:
         raise CommandError(f"dojo model run: error: {error}") from None

@@ -11,7 +11,7 @@ import numpy as np
 
 from runner.files import read_arrays
 
-from .shared import CommandError
+from .shared import CommandError, add_input_shape_option, input_shapes
 
 
 def add_profile_parser(model_commands: argparse._SubParsersAction) -> None:
@@ -30,6 +30,7 @@ def add_profile_parser(model_commands: argparse._SubParsersAction) -> None:
     fusing.add_argument("--fuse", action="store_true", default=None, help="the model as `dojo import --fuse` imports "
                         "it (default: the import, fused or not, whose kernels the library holds more of)")
     fusing.add_argument("--no-fuse", action="store_false", dest="fuse", help="the model as `dojo import` imports it")
+    add_input_shape_option(profile)
     profile.add_argument("--json", action="store_true", help="the profile as JSON")
     profile.set_defaults(run=cmd_model_profile)
 
@@ -48,6 +49,7 @@ def cmd_model_profile(args: argparse.Namespace) -> int:
     # imported here: onnx and ONNX Runtime load only for this command
     from libgen.onnx.profile import bind_openmp_threads, format_profile, profile_model, random_feeds
     from libgen.onnx.run import ModelRunner, RunError
+    from libgen.onnx.shapes import ShapeError
 
     bind_openmp_threads()
 
@@ -55,10 +57,10 @@ def cmd_model_profile(args: argparse.Namespace) -> int:
         raise CommandError(f"dojo model profile: error: --repeats must be at least 1, not {args.repeats}")
     feeds = read_feeds(args.inputs, "profile") if args.inputs else None
     try:
-        runner = ModelRunner(args.model, args.library, fuse=args.fuse)
+        runner = ModelRunner(args.model, args.library, fuse=args.fuse, input_shapes=input_shapes(args, "model profile"))
         report = profile_model(runner, feeds if feeds is not None else random_feeds(runner.inputs, args.seed),
                                args.repeats)
-    except RunError as error:
+    except (RunError, ShapeError) as error:
         raise CommandError(f"dojo model profile: error: {error}") from None
     print(json.dumps(report.to_json()) if args.json else format_profile(report))
     return 0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from agent.methods import GRAPH, GRAPHS, METHODS
 
-from .shared import CommandError
+from .shared import CommandError, add_input_shape_option, input_shapes
 from .tune import GRAPH_HELP
 
 BAR = 24
@@ -30,6 +30,7 @@ def add_tune_parser(model_commands: argparse._SubParsersAction) -> None:
     tune.add_argument("--seed", type=int, default=0, metavar="S")
     tune.add_argument("--checkpoint", metavar="DIR", help="the learned agent's (--method agent)")
     tune.add_argument("--fuse", action="store_true", help="the model as `dojo import --fuse` imports it")
+    add_input_shape_option(tune)
     tune.add_argument("--round", type=int, default=8, metavar="N", help="evaluations a kernel gets at a time "
                       "(default: 8)")
     tune.add_argument("--repeats", type=int, default=20, metavar="N", help="runs of each profile (default: 20)")
@@ -78,7 +79,8 @@ def cmd_model_tune(args: argparse.Namespace) -> int:
     out = Path(args.out)
     options = TuneOptions(method=args.method, graph=args.graph, seed=args.seed, fuse=args.fuse,
                           round_size=args.round, target=args.target, name=args.name, repeats=args.repeats,
-                          min_time_s=args.min_time, checkpoint=args.checkpoint and Path(args.checkpoint))
+                          min_time_s=args.min_time, checkpoint=args.checkpoint and Path(args.checkpoint),
+                          input_shapes=tuple(input_shapes(args, "model tune").items()))
     settings = {"budget": args.budget, "time_limit_s": args.time_limit, "options": options, "resume": args.resume,
                 "on_event": _progress(sys.stderr.isatty())}
     try:

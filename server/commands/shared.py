@@ -78,3 +78,19 @@ def runner_for(args: argparse.Namespace):
     from runner.client import connect  # imported here, as the build machinery is where it runs
 
     return connect(args.runner or os.environ.get("DOJO_RUNNER_URL"), args.token_file)
+
+
+def add_input_shape_option(parser: argparse.ArgumentParser) -> None:
+    """`--input-shape NAME=D,D,...`, repeatable: the model's inputs' symbolic dimensions fixed."""
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...", help="fix the shape "
+                        "of input NAME (its symbolic dimensions), as given to `dojo import`; repeatable")
+
+
+def input_shapes(args: argparse.Namespace, command: str) -> dict[str, tuple[int, ...]]:
+    """The shapes `--input-shape` gives, or a CommandError of `dojo COMMAND` saying what is wrong."""
+    from libgen.onnx.shapes import ShapeError, parse_input_shapes  # onnx loads only for the model commands
+
+    try:
+        return parse_input_shapes(args.input_shape)
+    except ShapeError as error:
+        raise CommandError(f"dojo {command}: error: {error}") from None
