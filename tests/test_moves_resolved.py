@@ -89,6 +89,9 @@ def test_every_move_declares_its_targets() -> None:
     cpu_only = {name for name, t in TARGETS.items() if not t.gpu}
     gpu_only = {name for name, t in TARGETS.items() if not t.cpu}
     assert cpu_only == {"parallelize_scope", "vectorize_scope"} and gpu_only == {"map_gpu"}
+    # docs/moves.md says so, from the same declarations
+    assert TARGETS["set_location"].describe() == "CPUs and GPUs (`location=shared` on GPUs only)"
+    assert TARGETS["map_gpu"].describe() == "GPUs only"
 
 
 @pytest.mark.parametrize("move, cpu, gpu", [

@@ -292,6 +292,11 @@ class Targets:
             return self.gpu
         return self.cpu and not any(pair in self.gpu_only for pair in move.args)
 
+    def describe(self) -> str:
+        served = "CPUs and GPUs" if self.cpu and self.gpu else "CPUs only" if self.cpu else "GPUs only"
+        only = ", ".join(f"`{key}={value}`" for key, value in self.gpu_only)
+        return f"{served} ({only} on GPUs only)" if only else served
+
 
 EVERY_TARGET = Targets()
 CPU_ONLY = Targets(gpu=False)
