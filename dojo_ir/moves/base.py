@@ -290,6 +290,8 @@ class Targets:
         """Whether a target whose code is in `language` ("c", "cuda", "hip") can use `move`."""
         if language != "c":
             return self.gpu
+        if not self.gpu_only:  # asked of every candidate a search lists: the common case stays cheap
+            return self.cpu
         return self.cpu and not any(pair in self.gpu_only for pair in move.args)
 
     def describe(self) -> str:
