@@ -1,8 +1,8 @@
 """The moves a search for a target considers: every legal move (`dojo_ir.moves.find`) that the
-target can use at all. No GPU mapping on a CPU, no threads or vectors on a GPU, no shared memory
-outside a GPU; of the splits that leave a tail, only those by a power of two; no staging for a
-scope that only copies the array. Nothing else, so neither the searches nor the learned agent get
-a hint of which move pays.
+target can use at all, as each move declares it (its `TARGETS`: no GPU mapping on a CPU, no threads
+or vectors on a GPU, no shared memory outside a GPU); of the splits that leave a tail, only those by
+a power of two; no staging for a scope that only copies the array. Nothing else, so neither the
+searches nor the learned agent get a hint of which move pays.
 
 Why the splits: the listing offers every factor from 2 to 16 besides the divisors and powers of
 two, for the register tiles the heuristic pass sizes from the target (6 rows of 1024). Played at
@@ -20,19 +20,14 @@ from __future__ import annotations
 from codegen.targets import Target, get_target
 from dojo_ir import Program
 from dojo_ir.analysis import Analysis
-from dojo_ir.moves import Move, find
+from dojo_ir.moves import TARGETS, Move, find
 from dojo_ir.moves.base import scope_of
 from dojo_ir.tree import Access, walk_ops
 
-_GPU_ONLY = ("map_gpu",)
-_CPU_ONLY = ("parallelize_scope", "vectorize_scope")
-
 
 def allowed(target: Target, move: Move) -> bool:
-    """Whether a search for `target` should consider `move`."""
-    if target.language == "c":
-        return move.name not in _GPU_ONLY and dict(move.args).get("location") != "shared"
-    return move.name not in _CPU_ONLY
+    """Whether a search for `target` should consider `move`: whether the move serves the target."""
+    return TARGETS[move.name].serve(move, target.language)
 
 
 def legal_moves(program: Program, target: Target | str = "native") -> list[Move]:

@@ -18,7 +18,7 @@ from agent.perfllm.checkpoint import load_policy
 from agent.perfllm.experience import read_game, read_games, transitions
 from agent.perfllm.game import legal_moves
 from agent.perfllm.learner import LearnerConfig
-from agent.perfllm.train import train
+from agent.perfllm.train import TrainOptions, train
 from agent.search import METHODS, make_graph
 from codegen.targets import get_target
 from dojo_ir import load, to_text
@@ -105,9 +105,9 @@ def test_an_agent_pretrained_on_logs_alone_prefers_the_move_that_paid_in_them(tm
     logs = [log]
     embedder = FakeEmbedder()
     lines: list[str] = []
-    result = train([("matmul", SPEC)], tmp_path / "agent", episodes=0, max_steps=3, embedder=embedder,
-                   config=LearnerConfig(hidden=32, batch_size=16), experience=logs, pretrain_updates=400,
-                   on_pretrain=lines.append)
+    options = TrainOptions(episodes=0, max_steps=3, config=LearnerConfig(hidden=32, batch_size=16), experience=logs,
+                           pretrain_updates=400)
+    result = train([("matmul", SPEC)], tmp_path / "agent", options, embedder=embedder, on_pretrain=lines.append)
     assert result.episodes == 0 and (tmp_path / "agent" / "policy.pt").is_file()
     assert lines[0].startswith("read ") and lines[-1].startswith("offline update 400/400")
     assert embedder.calls_on_every_core > 0 and not embedder.on_every_core  # the logs read on every core

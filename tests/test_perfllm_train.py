@@ -4,8 +4,10 @@ move that pays, and one end-to-end run with the real model and the local runner.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 import test_perfllm_fakes
@@ -16,7 +18,7 @@ from agent.evaluate import Evaluator, read_log, replay_moves
 from agent.perfllm.checkpoint import EmbeddingMismatch
 from agent.perfllm.learner import LearnerConfig
 from agent.perfllm.play import continue_
-from agent.perfllm.train import train
+from agent.perfllm.train import TrainOptions, train
 from dojo_ir import load
 from dojo_ir.library import KERNELS
 from dojo_ir.paths import without_comments
@@ -43,9 +45,24 @@ def kernels():
 
 
 def run(out, episodes: int, **options):
+    """`train` on `kernels()` with small settings, `options` overriding settings and callbacks alike."""
     options = {"max_steps": 3, "evaluate": lambda name, spec: accumulate_pays, "embedder": FakeEmbedder(),
                "config": SMALL, "seed": 0, **options}
-    return train(options.pop("kernels", kernels()), out, episodes=episodes, **options)
+    settings = {key: options.pop(key) for key in list(options) if key in TrainOptions.__dataclass_fields__}
+    return train(options.pop("kernels", kernels()), out, TrainOptions(episodes=episodes, **settings), **options)
+
+
+def test_a_runs_settings_are_one_frozen_object_checked_when_made() -> None:
+    with pytest.raises(ValueError, match="episodes >= 0 and max_steps >= 1, not 2 and 0"):
+        TrainOptions(episodes=2, max_steps=0)
+    with pytest.raises(ValueError, match="not -1 and 3"):
+        TrainOptions(episodes=-1, max_steps=3)
+    logs = [Path("a.jsonl")]
+    options = TrainOptions(episodes=1, max_steps=2, experience=logs)
+    logs.append(Path("b.jsonl"))
+    assert options.experience == (Path("a.jsonl"),)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.episodes = 5
 
 
 def test_a_run_leaves_its_checkpoint_policy_and_curve(tmp_path) -> None:
@@ -124,7 +141,8 @@ def test_a_trained_agent_continues_a_program_with_the_move_that_pays(tmp_path) -
 def test_end_to_end_with_the_real_model_and_the_local_runner(tmp_path) -> None:
     embedder = test_perfllm_fakes.real_embedder()
     add = spec("add")
-    trained = train([("add", add)], tmp_path, episodes=1, max_steps=2, embedder=embedder, config=SMALL, seed=1)
+    trained = train([("add", add)], tmp_path, TrainOptions(episodes=1, max_steps=2, config=SMALL, seed=1),
+                    embedder=embedder)
     record = trained.curve[0]
     assert record["start_s"] > 0 and record["steps"] >= 1
     log = tmp_path / "evaluations" / "add.jsonl"

@@ -1,9 +1,12 @@
 """Training PerfLLM: episodes of the game on a set of kernels, learning while it plays.
 
     kernels = [(name, load(KERNELS[name].small())) for name in ("softmax", "matmul")]
-    result = train(kernels, Path("runs/agent"), episodes=500, max_steps=20)
-    result = train(kernels, Path("runs/agent"), episodes=1000, max_steps=20, resume=True)   # goes on
-    result = train(kernels, out, episodes=100, max_steps=10, experience=logs, pretrain_updates=4000)
+    result = train(kernels, Path("runs/agent"), TrainOptions(episodes=500, max_steps=20))
+    result = train(kernels, Path("runs/agent"), TrainOptions(episodes=1000, max_steps=20, resume=True))  # goes on
+    result = train(kernels, out, TrainOptions(episodes=100, max_steps=10, experience=logs, pretrain_updates=4000))
+
+A run's settings are one `TrainOptions`; what the run calls back (the evaluators' factory, the
+embedding, progress, stop and pre-training reports) stays `train`'s own parameters.
 
 Before its first episode a run can learn offline from `experience`, logs of evaluations that
 searches wrote (`agent.perfllm.experience`: the heuristic-free ones): every step they hold goes
@@ -137,28 +140,50 @@ def _resumed(path: Path, embedder: Embedding, specs: dict[str, str], config: Lea
                 list(saved["curve"]))
 
 
-def train(kernels: Sequence[tuple[str, Program]], out: Path, *, episodes: int, max_steps: int,
-          evaluate: EvaluatorFactory | None = None, target: str = "native", seed: int = 0,
-          config: LearnerConfig | None = None, embedder: Embedding | None = None, resume: bool = False,
+@dataclass(frozen=True)
+class TrainOptions:
+    """The settings of a training run: train until `episodes` episodes are done in all, each of
+    at most `max_steps` moves, timed for `target`. `seed` seeds a fresh run's networks and random
+    draws; `config` is the learner's (default `LearnerConfig()`, its epsilon decaying over half of
+    `episodes`). `resume` goes on with the run the directory holds, its configuration and random
+    generators (`config`, if given, must be the same; `seed` is not used). A fresh run first takes
+    `pretrain_updates` gradient steps on the logged searches of `experience`."""
+
+    episodes: int
+    max_steps: int
+    target: str = "native"
+    seed: int = 0
+    config: LearnerConfig | None = None
+    resume: bool = False
+    experience: tuple[Path, ...] = ()
+    pretrain_updates: int = 0
+
+    def __post_init__(self) -> None:
+        if self.episodes < 0 or self.max_steps < 1:
+            raise ValueError(f"training needs episodes >= 0 and max_steps >= 1, not {self.episodes} and "
+                             f"{self.max_steps}")
+        object.__setattr__(self, "experience", tuple(self.experience))  # a list given: the options stay immutable
+
+
+def train(kernels: Sequence[tuple[str, Program]], out: Path, options: TrainOptions, *,
+          evaluate: EvaluatorFactory | None = None, embedder: Embedding | None = None,
           on_progress: Callable[[dict[str, Any]], None] | None = None,
-          should_stop: Callable[[], bool] | None = None, experience: Sequence[Path] = (),
-          pretrain_updates: int = 0, on_pretrain: Callable[[str], None] | None = None) -> TrainResult:
-    """Train until `episodes` episodes are done in all; see the module's docstring. `kernels` are
-    (name, spec) pairs with distinct names. A directory that holds a run is refused unless
-    `resume`, which goes on with its configuration and random generators (`config`, if given,
-    must be the same; `seed` is not used). `on_progress` receives each episode's curve record, and
-    `on_pretrain` a line on each log read or skipped and on the offline updates."""
+          should_stop: Callable[[], bool] | None = None,
+          on_pretrain: Callable[[str], None] | None = None) -> TrainResult:
+    """Train as `options` say; see the module's docstring. `kernels` are (name, spec) pairs with
+    distinct names. A directory that holds a run is refused unless `options.resume`.
+    `on_progress` receives each episode's curve record, and `on_pretrain` a line on each log read
+    or skipped and on the offline updates."""
     if not kernels:
         raise ValueError("training needs at least one kernel")
     if len({name for name, _ in kernels}) != len(kernels):
         raise ValueError("the kernels' names must be distinct: they name their evaluation logs")
-    if episodes < 0 or max_steps < 1:
-        raise ValueError(f"training needs episodes >= 0 and max_steps >= 1, not {episodes} and {max_steps}")
+    episodes, target, config = options.episodes, options.target, options.config
     out.mkdir(parents=True, exist_ok=True)
     embedder = embedder or shared()
     specs = {name: text_hash(spec) for name, spec in kernels}
     path = out / CHECKPOINT
-    if path.exists() and not resume:
+    if path.exists() and not options.resume:
         raise FileExistsError(f"{out} holds a training run already: resume it, or train in another directory")
     if path.exists():
         run = _resumed(path, embedder, specs, config)
@@ -166,9 +191,10 @@ def train(kernels: Sequence[tuple[str, Program]], out: Path, *, episodes: int, m
         config = config or LearnerConfig()
         if config.epsilon_decay_episodes is None:
             config = replace(config, epsilon_decay_episodes=max(1, episodes // 2))
-        run = _fresh(embedder.dim, config, seed)
-        if experience:
-            _pretrain(run, experience, pretrain_updates, embedder, target, on_pretrain or (lambda line: None))
+        run = _fresh(embedder.dim, config, options.seed)
+        if options.experience:
+            _pretrain(run, options.experience, options.pretrain_updates, embedder, target,
+                      on_pretrain or (lambda line: None))
             _save(run, out, embedder, specs)
     config = run.learner.config
     factory = evaluate or measured(out, target=target)
@@ -187,7 +213,7 @@ def train(kernels: Sequence[tuple[str, Program]], out: Path, *, episodes: int, m
         epsilon = config.epsilon(run.episode)
         run.losses = []
         began = time.monotonic()
-        result = play(run.learner, embedder, costs[name], max_steps=max_steps, epsilon=epsilon, rng=run.rng,
+        result = play(run.learner, embedder, costs[name], max_steps=options.max_steps, epsilon=epsilon, rng=run.rng,
                       target=target, learn=run.learn, should_stop=should_stop)
         if result.ended == "stopped":
             stopped = True  # the episode is dropped: the checkpoint is from before it

@@ -5,9 +5,12 @@ Each kind of move is one module with
 - `NAME` and `TITLE` (what the editor shows),
 - `ARGS`: its arguments, declared (see `base.Param`), which `parse_move` checks
   and puts in order,
+- `TARGETS`: the targets it serves (see `base.Targets`),
 - `candidates(analysis)`: every location where the move might apply,
-- `why_not(analysis, move)`: None if the move is legal there, else the reason,
-- `rewrite(analysis, move)`: the new program (only called when legal),
+- `why_not(analysis, at)`: None if the move is legal there, else the reason;
+  `at` is the move with the nodes its arguments name (`base.Resolved`),
+  resolved once by `base.resolve`,
+- `rewrite(analysis, at)`: the new program (only called when legal),
 - `EXAMPLES` (before, move, after) and `NOT_APPLICABLE` (before, move): its
   specification, run as its tests.
 
@@ -27,7 +30,7 @@ from typing import Any
 from ..analysis import Analysis
 from ..errors import NOWHERE
 from ..tree import Program
-from .base import IllegalMove, Move, Param, check_args, move_lines, read_move
+from .base import IllegalMove, Move, Param, Targets, check_args, move_lines, read_move, resolve
 
 
 def _discover() -> dict[str, ModuleType]:
@@ -44,6 +47,7 @@ def _discover() -> dict[str, ModuleType]:
 
 KINDS: dict[str, ModuleType] = _discover()
 DECLARED: dict[str, tuple[Param, ...]] = {name: kind.ARGS for name, kind in KINDS.items()}
+TARGETS: dict[str, Targets] = {name: kind.TARGETS for name, kind in KINDS.items()}
 
 
 def parse_move(text: str) -> Move:
@@ -77,7 +81,7 @@ def _legal(a: Analysis, kind: ModuleType, move: Move) -> bool:
     for the moves of the scopes around each line."""
     key = ("legal", move)
     if key not in a.memo:
-        a.memo[key] = kind.why_not(a, move) is None
+        a.memo[key] = kind.why_not(a, resolve(a, move, kind.ARGS)) is None
     return a.memo[key]
 
 
@@ -104,7 +108,8 @@ def why_not(program: Program, move: Move | str, analysis: Analysis | None = None
     for a move that is malformed: an unknown argument, a value out of range)."""
     try:
         kind, move = _kind(move)
-        return kind.why_not(analysis or Analysis(program), move)
+        a = analysis or Analysis(program)
+        return kind.why_not(a, resolve(a, move, kind.ARGS))
     except IllegalMove as error:
         return error.diagnostics[0].message
 
@@ -113,10 +118,11 @@ def apply(program: Program, move: Move | str, analysis: Analysis | None = None) 
     """`program` after `move`, or IllegalMove saying why it is malformed or not legal."""
     kind, move = _kind(move)
     a = analysis or Analysis(program)
-    reason = kind.why_not(a, move)
+    at = resolve(a, move, kind.ARGS)
+    reason = kind.why_not(a, at)
     if reason is not None:
         raise IllegalMove.at(program.span or NOWHERE, f"`{move}` is not legal here: {reason}", move.name)
-    return kind.rewrite(a, move)
+    return kind.rewrite(a, at)
 
 
 def of_a_random_kind(rng: random.Random, kinds: Sequence[str]) -> int:
@@ -127,5 +133,5 @@ def of_a_random_kind(rng: random.Random, kinds: Sequence[str]) -> int:
     return rng.choice([i for i, k in enumerate(kinds) if k == kind])
 
 
-__all__ = ["DECLARED", "KINDS", "IllegalMove", "Move", "Param", "apply", "find", "legal_moves", "move_lines",
-           "of_a_random_kind", "parse_move", "why_not"]
+__all__ = ["DECLARED", "KINDS", "TARGETS", "IllegalMove", "Move", "Param", "Targets", "apply", "find", "legal_moves",
+           "move_lines", "of_a_random_kind", "parse_move", "why_not"]

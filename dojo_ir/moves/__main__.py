@@ -1,5 +1,5 @@
 """`python -m dojo_ir.moves`: the catalogue of moves (docs/moves.md), written
-from each move module's own docstring, declared arguments and first example."""
+from each move module's own docstring, declared arguments and targets, and first example."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ def catalogue() -> str:
         "with them in any order, and is read (and listed) in this one. An unknown, repeated, missing or",
         "empty argument, or a value of the wrong kind or out of range, is an error at its column.",
         "",
+        "Each move also declares the targets it serves; a search for a target (`dojo tune`, the agent)",
+        "considers only the moves that serve it.",
+        "",
     ]
     for name, kind in KINDS.items():
         doc = inspect.cleandoc(kind.__doc__ or "")
@@ -32,7 +35,8 @@ def catalogue() -> str:
         before, move, after = kind.EXAMPLES[0]
         arguments = [f"- `{p.key}`{' (optional)' * p.optional}: {p.describe()}" for p in kind.ARGS]
         lines += [f"## `{name}` — {kind.TITLE}", "", summary.split(": ", 1)[-1], "", rest.strip("\n"), "",
-                  "Arguments:", "", *arguments, "", f"Example: `{move}`", "",
+                  "Arguments:", "", *arguments, "", f"Targets: {kind.TARGETS.describe()}.", "",
+                  f"Example: `{move}`", "",
                   "```", before.split("\n\n")[-1].rstrip(), "```", "", "becomes", "",
                   "```", after.split("\n\n")[-1].rstrip(), "```", ""]
     return "\n".join(lines)

@@ -63,13 +63,14 @@ from ..dependence import touches
 from ..paths import TreePath, node_at, splice, with_body
 from ..refs import ref, substitute_expr
 from ..tree import FLOAT_DTYPES, Access, Buffer, Dim, Node, Num, Op, Program, Ref, Scope, Unary, walk_expr
-from .base import DEPTH, OP, Move, scope_of
+from .base import DEPTH, EVERY_TARGET, OP, Move, Resolved
 from .buffers import declared, fresh_name
 from .examples import FUSED_SOFTMAX, MATMUL_IN_K_BLOCKS
 
 NAME = "accumulate"
 TITLE = "Accumulate in a register"
 ARGS = (OP, DEPTH)
+TARGETS = EVERY_TARGET
 
 MAX_TILE = 1024  # elements: twice an AVX-512 register file of f32, and 4 KiB of stack per thread
 _THREADED = "pgbw"  # kinds whose iterations run at once, unlike `u` and `v`
@@ -181,9 +182,9 @@ class Plan:
         self.declaration = Buffer(name, _target_buffer(a, site).dtype, dims, "stack")
 
 
-def check(a: Analysis, move: Move, partial: bool) -> str | None:
+def check(a: Analysis, at: Resolved, partial: bool) -> str | None:
     """Why `move` (accumulate, or its partial form) is not legal, or None."""
-    site, path, _ = scope_of(a, move)
+    site, path = at.site, at.path
     depth = len(path) - 1
     op = site.op
     if not op.reduction:
@@ -223,21 +224,21 @@ def check(a: Analysis, move: Move, partial: bool) -> str | None:
     return None
 
 
-def transform(a: Analysis, move: Move, partial: bool) -> Program:
+def transform(a: Analysis, at: Resolved, partial: bool) -> Program:
     """The program after `move` (accumulate, or its partial form)."""
-    site, path, _ = scope_of(a, move)
+    site, path = at.site, at.path
     plan = Plan(a, site, len(path) - 1, partial)
     body = splice(a.program.body, site.path, (replace(site.op, target=plan.update_target),))
     nodes = (copy_nest(plan.tile_scopes, plan.load), node_at(body, path), copy_nest(plan.tile_scopes, plan.store))
     return with_body(declared(a.program, plan.declaration), splice(body, path, nodes))
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    return check(a, move, partial=False)
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    return check(a, at, partial=False)
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    return transform(a, move, partial=False)
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    return transform(a, at, partial=False)
 
 
 EXAMPLES = [

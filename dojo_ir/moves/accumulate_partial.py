@@ -32,24 +32,25 @@ from collections.abc import Iterator
 from ..analysis import Analysis
 from ..tree import Program
 from .accumulate import check, reduction_scopes, transform
-from .base import DEPTH, OP, Move
+from .base import DEPTH, EVERY_TARGET, OP, Move, Resolved
 from .examples import MATMUL_IN_K_BLOCKS
 
 NAME = "accumulate_partial"
 TITLE = "Accumulate a partial result in a register"
 ARGS = (OP, DEPTH)
+TARGETS = EVERY_TARGET
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
     return reduction_scopes(a, NAME)
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    return check(a, move, partial=True)
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    return check(a, at, partial=True)
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    return transform(a, move, partial=True)
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    return transform(a, at, partial=True)
 
 
 EXAMPLES = [

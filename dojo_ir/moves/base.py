@@ -10,6 +10,12 @@ writing `e`, counted in execution order; see `dojo_ir.analysis`), a scope by
 an operation inside it and the scope's depth in that operation's chain, a
 buffer by its name. These names depend only on the tree, never on the text's
 layout, so a move stays valid when the file is printed again.
+
+As Exo's argument processors turn a pattern string into a cursor before the
+scheduling op runs, `resolve` turns a move's names into the nodes they name
+(`Resolved`) once; a move's `why_not` and `rewrite` receive those nodes and
+never look a name up themselves. A move also declares the targets it serves
+(`Targets`), which is all a search reads to leave it out for a target.
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..analysis import Analysis, Site
 from ..errors import NOWHERE, DojoError
 from ..paths import TreePath
-from ..tree import Scope, Span
+from ..tree import Buffer, Scope, Span
 
 # The largest integer any argument takes: sizes and factors are extents, which
 # the generated code counts in 64-bit integers.
@@ -54,7 +61,7 @@ class Move:
 @dataclass(frozen=True)
 class Param:
     """One declared argument of a move: its key, the kind of thing it names
-    (op, depth, buffer, dim, factor, size, location or kind), and its values:
+    (op, depth, buffer, array, dim, factor, size, location or kind), and its values:
     integers from `low` up to LARGEST, or one of `choices`, or else names
     (an operation label for `op`, a plain name otherwise)."""
 
@@ -95,6 +102,7 @@ class Param:
 _KIND_WORDS = {
     "op": "an operation label (`e`, or `e#2`)",
     "buffer": "a buffer name",
+    "array": "an array name",
     "depth": "a scope depth",
     "dim": "a dimension",
     "factor": "a factor",
@@ -202,9 +210,49 @@ def check_args(move: Move, params: tuple[Param, ...]) -> None:
 # -- the nodes a move names ----------------------------------------------------
 
 
-def site_of(a: Analysis, move: Move) -> Site:
-    """The operation a move names with `op=...`."""
-    label = str(move.arg("op"))
+class Resolved(NamedTuple):
+    """A move with the nodes its arguments name, looked up once in one program:
+    `site`, the operation `op=` names; `path`, the node the move acts on (the
+    scope `op=, depth=` names, else that operation); `scope`, that scope;
+    `buffer`, the buffer a `buffer` argument names or the one holding the
+    array an `array` argument names. What the move has no argument for is
+    None, and so is the buffer of an array that is not there: that a scope
+    reads no such array is the move's reason, not a malformed move. (A named
+    tuple: one is built for every candidate the move finder checks.)"""
+
+    move: Move
+    site: Site | None = None
+    path: TreePath | None = None
+    scope: Scope | None = None
+    buffer: Buffer | None = None
+
+    def arg(self, key: str):
+        return self.move.arg(key)
+
+
+def resolve(a: Analysis, move: Move, params: tuple[Param, ...]) -> Resolved:
+    """`move`, its arguments declared by `params` (an `op` before its `depth`),
+    with the nodes they name in `a`'s program; IllegalMove, naming the move,
+    when one names nothing there."""
+    given = dict(move.args)
+    site = path = scope = buffer = None
+    for param in params:
+        if param.key not in given:
+            continue
+        kind, value = param.kind, given[param.key]
+        if kind == "op":
+            site = _site(a, move, str(value))
+            path = site.path
+        elif kind == "depth":
+            path, scope = _scope(a, move, site, value)
+        elif kind == "buffer":
+            buffer = _declared(a, move, str(value))
+        elif kind == "array":
+            buffer = a.program.buffer_of.get(str(value))
+    return Resolved(move, site, path, scope, buffer)
+
+
+def _site(a: Analysis, move: Move, label: str) -> Site:
     found = a.by_label.get(label)
     if found is None:
         known = ", ".join(s.label for s in a.sites)
@@ -212,15 +260,60 @@ def site_of(a: Analysis, move: Move) -> Site:
     return found
 
 
-def scope_of(a: Analysis, move: Move) -> tuple[Site, TreePath, Scope]:
-    """The scope a move names with `op=..., depth=...`."""
-    site = site_of(a, move)
-    depth = move.arg("depth")
+def _scope(a: Analysis, move: Move, site: Site, depth: int) -> tuple[TreePath, Scope]:
     if depth >= len(site.chain):
         raise IllegalMove.at(NOWHERE, f"`{move}`: operation `{site.label}` has "
                              f"{len(site.chain)} scope(s) around it, so depth is 0 to {len(site.chain) - 1}",
                              move.name)
-    return site, site.path[: depth + 1], site.chain[depth]
+    return site.path[: depth + 1], site.chain[depth]
+
+
+def _declared(a: Analysis, move: Move, name: str) -> Buffer:
+    found = next((b for b in a.program.buffers if b.name == name), None)
+    if found is None:
+        known = ", ".join(b.name for b in a.program.buffers)
+        raise IllegalMove.at(NOWHERE, f"`{move}`: no buffer `{name}`; the buffers are {known}", move.name)
+    return found
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The targets a move serves: CPUs (C code), GPUs (CUDA and HIP), and the
+    values of its arguments that only a GPU has (`location=shared`: a CPU has
+    no shared memory)."""
+
+    cpu: bool = True
+    gpu: bool = True
+    gpu_only: tuple[tuple[str, str], ...] = ()
+
+    def serve(self, move: Move, language: str) -> bool:
+        """Whether a target whose code is in `language` ("c", "cuda", "hip") can use `move`."""
+        if language != "c":
+            return self.gpu
+        if not self.gpu_only:  # asked of every candidate a search lists: the common case stays cheap
+            return self.cpu
+        return self.cpu and not any(pair in self.gpu_only for pair in move.args)
+
+    def describe(self) -> str:
+        served = "CPUs and GPUs" if self.cpu and self.gpu else "CPUs only" if self.cpu else "GPUs only"
+        only = ", ".join(f"`{key}={value}`" for key, value in self.gpu_only)
+        return f"{served} ({only} on GPUs only)" if only else served
+
+
+EVERY_TARGET = Targets()
+CPU_ONLY = Targets(gpu=False)
+GPU_ONLY = Targets(cpu=False)
+
+
+def site_of(a: Analysis, move: Move) -> Site:
+    """The operation a move names with `op=...`."""
+    return _site(a, move, str(move.arg("op")))
+
+
+def scope_of(a: Analysis, move: Move) -> tuple[Site, TreePath, Scope]:
+    """The scope a move names with `op=..., depth=...`."""
+    site = site_of(a, move)
+    return (site, *_scope(a, move, site, move.arg("depth")))
 
 
 def move_lines(a: Analysis, move: Move) -> tuple[int, int] | None:

@@ -1,5 +1,5 @@
-"""What the moves on buffers share: naming a buffer, which buffers may
-change layout, and rewriting a declaration."""
+"""What the moves on buffers share: placing a move on a buffer, which buffers
+may change layout, and rewriting a declaration."""
 
 from __future__ import annotations
 
@@ -7,19 +7,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from ..analysis import Analysis, Site
-from ..errors import NOWHERE
 from ..tree import KEYWORDS, Access, Binary, Buffer, Call, Dim, Expr, Program, Unary
-from .base import IllegalMove, Move
-
-
-def named_buffer(a: Analysis, move: Move) -> Buffer:
-    """The buffer a move names with `buffer=...`."""
-    name = str(move.arg("buffer"))
-    for buffer in a.program.buffers:
-        if buffer.name == name:
-            return buffer
-    known = ", ".join(b.name for b in a.program.buffers)
-    raise IllegalMove.at(NOWHERE, f"`{move}`: no buffer `{name}`; the buffers are {known}", move.name)
+from .base import Move
 
 
 def buffer_move(name: str, buffer: Buffer, **args: str | int) -> Move:

@@ -32,12 +32,13 @@ from ..analysis import Analysis
 from ..dependence import Touch
 from ..paths import TreePath, iter_paths, splice, with_body
 from ..tree import Program, Scope
-from .base import DEPTH, OP, Move, scope_of
+from .base import DEPTH, EVERY_TARGET, OP, Move, Resolved
 from .examples import FUSED_SOFTMAX
 
 NAME = "fission"
 TITLE = "Split the scope before this statement"
 ARGS = (OP, DEPTH)
+TARGETS = EVERY_TARGET
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
@@ -48,18 +49,18 @@ def candidates(a: Analysis) -> Iterator[Move]:
                 yield Move(NAME, (("op", site.label), ("depth", len(path) - 1)), site.line)
 
 
-def _parts(a: Analysis, move: Move) -> tuple[TreePath, Scope, int]:
+def _parts(a: Analysis, at: Resolved) -> tuple[TreePath, Scope, int]:
     """The scope's path, the scope, and the index of the child that starts the second part."""
-    site, path, scope = scope_of(a, move)
+    site, path, scope = at.site, at.path, at.scope
     return path, scope, site.path[len(path)]
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    path, scope, cut = _parts(a, move)
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    path, scope, cut = _parts(a, at)
     if scope.kind:
         return f"the scope is mapped (`{scope.token}`); only a sequential scope can be split in two, so unmap it first"
     if cut == 0:
-        return f"`{move.arg('op')}` is in the scope's first child, so the first part would be empty"
+        return f"`{at.arg('op')}` is in the scope's first child, so the first part would be empty"
     depth = len(path) - 1
     first = [t for i in range(cut) for t in a.touches_in(path + (i,))]
     second = [t for i in range(cut, len(scope.body)) for t in a.touches_in(path + (i,))]
@@ -97,8 +98,8 @@ def _loses_a_kill(a: Analysis, path: TreePath, second: list[Touch]) -> bool:
     return False
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    path, scope, cut = _parts(a, move)
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    path, scope, cut = _parts(a, at)
     parts = (Scope(scope.size, scope.kind, scope.body[:cut]), Scope(scope.size, scope.kind, scope.body[cut:]))
     return with_body(a.program, splice(a.program.body, path, parts))
 

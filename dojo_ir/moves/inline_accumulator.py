@@ -44,12 +44,13 @@ from ..paths import TreePath, node_at, splice, with_body
 from ..refs import ref, substitute_expr
 from ..tree import Access, Node, Op, Program, Ref, Scope
 from .accumulate import IDENTITY, distinct_per_iteration, is_accumulator
-from .base import OP, Move, site_of
+from .base import EVERY_TARGET, OP, Move, Resolved
 from .examples import FUSED_SOFTMAX
 
 NAME = "inline_accumulator"
 TITLE = "Reduce into the target directly"
 ARGS = (OP,)
+TARGETS = EVERY_TARGET
 
 
 def _is_load(a: Analysis, op: Op) -> bool:
@@ -106,8 +107,8 @@ def _update_target(pattern: _Pattern, update: Op) -> Access | None:
     return substitute_expr(pattern.store.target, lambda d: tile.get(d, ref(d)))
 
 
-def _pattern(a: Analysis, move: Move) -> _Pattern | str:
-    load = site_of(a, move)
+def _pattern(a: Analysis, at: Resolved) -> _Pattern | str:
+    load = at.site
     if not _is_load(a, load.op):
         return (f"`{load.label}` is not the load `ACC = T[...]` of a temporary alone in a small `stack` "
                 "buffer")
@@ -165,8 +166,8 @@ def _store(load: Op, node: Node, nest: tuple[Scope, ...]) -> Op | None:
     return node if IDENTITY.get(node.assign) == load.value else None
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    pattern = _pattern(a, move)
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    pattern = _pattern(a, at)
     if isinstance(pattern, str):
         return pattern
     load, depth, target = pattern.load, pattern.outer, pattern.store.target
@@ -191,8 +192,8 @@ def why_not(a: Analysis, move: Move) -> str | None:
     return None
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    pattern = _pattern(a, move)
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    pattern = _pattern(a, at)
     assert not isinstance(pattern, str)
     body = a.program.body
     for update in pattern.updates:

@@ -22,12 +22,13 @@ from dataclasses import replace
 from ..analysis import Analysis
 from ..paths import TreePath, iter_paths, node_at, splice, with_body
 from ..tree import Program, Scope
-from .base import DEPTH, OP, Move, scope_of
+from .base import DEPTH, EVERY_TARGET, OP, Move, Resolved
 from .examples import FUSED_PAIR
 
 NAME = "join_scopes"
 TITLE = "Fuse with the next scope"
 ARGS = (OP, DEPTH)
+TARGETS = EVERY_TARGET
 
 
 def _next_sibling(a: Analysis, path: TreePath):
@@ -45,8 +46,8 @@ def candidates(a: Analysis) -> Iterator[Move]:
                 yield Move(NAME, (("op", label), ("depth", depth)), a.first_site(path).line)
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    _, path, scope = scope_of(a, move)
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    path, scope = at.path, at.scope
     next_path, sibling = _next_sibling(a, path)
     if not isinstance(sibling, Scope):
         return "the scope is not followed by a scope in the same body"
@@ -62,8 +63,8 @@ def why_not(a: Analysis, move: Move) -> str | None:
     return None
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    _, path, scope = scope_of(a, move)
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    path, scope = at.path, at.scope
     next_path, sibling = _next_sibling(a, path)
     fused = replace(scope, body=scope.body + sibling.body)
     body = splice(a.program.body, next_path, ())

@@ -28,12 +28,13 @@ from collections.abc import Iterator
 from ..analysis import Analysis
 from ..paths import TreePath, iter_paths
 from ..tree import Program, Scope
-from .base import DEPTH, OP, Move, Param, scope_of
+from .base import DEPTH, GPU_ONLY, OP, Move, Param, Resolved
 from .mapping import GPU_KINDS, OWN_MEMORY, RACE, nesting_problem, private_buffers, races, with_kind
 
 NAME = "map_gpu"
 TITLE = "Map the scope onto the GPU"
 ARGS = (OP, DEPTH, Param("kind", "kind", choices=GPU_KINDS))
+TARGETS = GPU_ONLY
 
 _HELD_BY = {"stack": "each GPU thread", "shared": "each GPU block"}
 
@@ -58,9 +59,9 @@ def _unreachable(a: Analysis, path: TreePath, locations: tuple[str, ...]) -> str
     return None
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    _, path, scope = scope_of(a, move)
-    kind = move.arg("kind")
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    path, scope = at.path, at.scope
+    kind = at.arg("kind")
     if scope.kind:
         return f"the scope is already mapped (`{scope.token}`); only a sequential scope can be mapped"
     problem = nesting_problem(a, path, kind) or _unreachable(a, path, OWN_MEMORY[kind])
@@ -69,9 +70,9 @@ def why_not(a: Analysis, move: Move) -> str | None:
     return RACE if races(a, path, OWN_MEMORY[kind]) else None
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    _, path, _ = scope_of(a, move)
-    return with_kind(a, path, str(move.arg("kind")))
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    path = at.path
+    return with_kind(a, path, str(at.arg("kind")))
 
 
 EXAMPLES = [

@@ -25,11 +25,12 @@ from ..analysis import Analysis
 from ..paths import iter_paths, siblings, splice, uncommented, with_body
 from ..refs import ref, shifted, substitute_expr
 from ..tree import Access, Binary, Call, Expr, Node, Op, Program, Ref, Scope, Unary, walk_expr
-from .base import DEPTH, OP, Move, scope_of
+from .base import DEPTH, EVERY_TARGET, OP, Move, Resolved
 
 NAME = "merge_scopes"
 TITLE = "Merge with the inner scope"
 ARGS = (OP, DEPTH)
+TARGETS = EVERY_TARGET
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
@@ -101,10 +102,10 @@ def _merge_body(nodes: tuple[Node, ...], depth: int, inner: int) -> tuple[Node, 
     return tuple(merged)
 
 
-def _merged(a: Analysis, move: Move) -> tuple[tuple, Scope, bool] | str:
+def _merged(a: Analysis, at: Resolved) -> tuple[tuple, Scope, bool] | str:
     """The merged scope's path, the scope, and whether it takes in the tail
     after it; or why the scopes cannot be merged."""
-    _, path, scope = scope_of(a, move)
+    path, scope = at.path, at.scope
     if len(scope.body) != 1 or not isinstance(scope.body[0], Scope):
         return "the scope does not hold exactly one scope"
     inner = scope.body[0]
@@ -127,13 +128,13 @@ def _is_tail(node: Node, body: tuple[Node, ...], depth: int, start: int, factor:
             and uncommented(node.body) == uncommented(shifted(body, depth, start)))
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    merged = _merged(a, move)
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    merged = _merged(a, at)
     return merged if isinstance(merged, str) else None
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    path, scope, with_tail = _merged(a, move)
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    path, scope, with_tail = _merged(a, at)
     body = splice(a.program.body, path, (scope,))
     if with_tail:
         body = splice(body, path[:-1] + (path[-1] + 1,), ())

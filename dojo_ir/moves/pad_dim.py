@@ -20,12 +20,13 @@ from collections.abc import Iterator
 
 from ..analysis import Analysis
 from ..tree import Dim, Program
-from .base import BUFFER, DIM, Move, Param
-from .buffers import bad_dim, buffer_move, interface, named_buffer, temporaries, with_dim
+from .base import BUFFER, DIM, EVERY_TARGET, Move, Param, Resolved
+from .buffers import bad_dim, buffer_move, interface, temporaries, with_dim
 
 NAME = "pad_dim"
 TITLE = "Pad the dimension"
 ARGS = (BUFFER, DIM, Param("size", "size", low=1))
+TARGETS = EVERY_TARGET
 
 MULTIPLES = (8, 16, 32, 64)
 
@@ -38,9 +39,9 @@ def candidates(a: Analysis) -> Iterator[Move]:
                     yield buffer_move(NAME, buffer, dim=k, size=size)
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    buffer = named_buffer(a, move)
-    k, size = move.arg("dim"), move.arg("size")
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    buffer = at.buffer
+    k, size = at.arg("dim"), at.arg("size")
     reason = interface(a.program, buffer) or bad_dim(buffer, k)
     if reason:
         return reason
@@ -52,9 +53,9 @@ def why_not(a: Analysis, move: Move) -> str | None:
     return None
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    buffer = named_buffer(a, move)
-    return with_dim(a.program, buffer, move.arg("dim"), Dim(move.arg("size")))
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    buffer = at.buffer
+    return with_dim(a.program, buffer, at.arg("dim"), Dim(at.arg("size")))
 
 
 EXAMPLES = [

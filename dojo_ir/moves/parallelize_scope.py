@@ -22,12 +22,13 @@ from collections.abc import Iterator
 from ..analysis import Analysis
 from ..paths import iter_paths
 from ..tree import Program, Scope
-from .base import DEPTH, OP, Move, scope_of
+from .base import CPU_ONLY, DEPTH, OP, Move, Resolved
 from .mapping import OWN_MEMORY, RACE, nesting_problem, races, with_kind
 
 NAME = "parallelize_scope"
 TITLE = "Run the iterations on CPU threads"
 ARGS = (OP, DEPTH)
+TARGETS = CPU_ONLY
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
@@ -37,8 +38,8 @@ def candidates(a: Analysis) -> Iterator[Move]:
             yield Move(NAME, (("op", label), ("depth", depth)), a.first_site(path).line)
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    _, path, scope = scope_of(a, move)
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    path, scope = at.path, at.scope
     if scope.kind:
         return f"the scope is already mapped (`{scope.token}`); only a sequential scope can be parallelized"
     problem = nesting_problem(a, path, "p")
@@ -47,8 +48,8 @@ def why_not(a: Analysis, move: Move) -> str | None:
     return RACE if races(a, path, OWN_MEMORY["p"]) else None
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    _, path, _ = scope_of(a, move)
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    path = at.path
     return with_kind(a, path, "p")
 
 

@@ -41,14 +41,15 @@ from ..analysis import Analysis, Site
 from ..printer import expr_text
 from ..solve import Constraint, feasible
 from ..tree import Access, Buffer, Dim, Program
-from .base import BUFFER, DIM, Move
-from .buffers import bad_dim, buffer_accesses, buffer_move, interface, named_buffer, temporaries, with_dim
+from .base import BUFFER, DIM, EVERY_TARGET, Move, Resolved
+from .buffers import bad_dim, buffer_accesses, buffer_move, interface, temporaries, with_dim
 from .examples import FUSED_PAIR
 from .mapping import OWN_MEMORY
 
 NAME = "reuse_dims"
 TITLE = "Store one element of the dimension"
 ARGS = (BUFFER, DIM)
+TARGETS = EVERY_TARGET
 
 SEQUENTIAL = ("", "u")  # scope kinds whose iterations run one after another
 
@@ -128,9 +129,9 @@ def candidates(a: Analysis) -> Iterator[Move]:
                 yield buffer_move(NAME, buffer, dim=k)
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    buffer = named_buffer(a, move)
-    k = move.arg("dim")
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    buffer = at.buffer
+    k = at.arg("dim")
     reason = interface(a.program, buffer) or bad_dim(buffer, k)
     if reason:
         return reason
@@ -142,9 +143,9 @@ def why_not(a: Analysis, move: Move) -> str | None:
     return one_iteration(a, buffer, k, one_at_a_time=True)
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    buffer = named_buffer(a, move)
-    k = move.arg("dim")
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    buffer = at.buffer
+    k = at.arg("dim")
     return with_dim(a.program, buffer, k, Dim(buffer.dims[k].size, 1))
 
 

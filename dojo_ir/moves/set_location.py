@@ -35,14 +35,15 @@ from math import prod
 from ..analysis import Analysis, Site
 from ..paths import TreePath, iter_paths
 from ..tree import DTYPE_BYTES, LOCATIONS, Buffer, Program, Scope
-from .base import BUFFER, Move, Param
-from .buffers import buffer_accesses, buffer_move, interface, named_buffer, temporaries, with_buffer
+from .base import BUFFER, Move, Param, Resolved, Targets
+from .buffers import buffer_accesses, buffer_move, interface, temporaries, with_buffer
 from .examples import FUSED_PAIR
 from .mapping import GPU_KINDS, OWN_MEMORY
 
 NAME = "set_location"
 TITLE = "Move the buffer to another memory"
 ARGS = (BUFFER, Param("location", "location", choices=LOCATIONS))
+TARGETS = Targets(gpu_only=(("location", "shared"),))
 
 CAPACITY = {"stack": 64 * 1024, "shared": 48 * 1024}  # bytes
 
@@ -88,9 +89,9 @@ def _concurrency_problem(a: Analysis, buffer: Buffer, location: str) -> str | No
     return None
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    buffer = named_buffer(a, move)
-    location = move.arg("location")
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    buffer = at.buffer
+    location = at.arg("location")
     reason = interface(a.program, buffer)
     if reason:
         return reason
@@ -107,9 +108,9 @@ def why_not(a: Analysis, move: Move) -> str | None:
     return _concurrency_problem(a, buffer, location)
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    buffer = named_buffer(a, move)
-    return with_buffer(a.program, replace(buffer, location=str(move.arg("location"))))
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    buffer = at.buffer
+    return with_buffer(a.program, replace(buffer, location=str(at.arg("location"))))
 
 
 EXAMPLES = [

@@ -34,12 +34,13 @@ from ..analysis import Analysis
 from ..paths import TreePath, iter_paths, node_at, splice, uncommented, with_body
 from ..refs import ref, shifted, substitute
 from ..tree import Program, Scope
-from .base import DEPTH, OP, Move, Param, scope_of
+from .base import DEPTH, EVERY_TARGET, OP, Move, Param, Resolved
 from .mapping import OWN_MEMORY, private_buffers
 
 NAME = "split_scope"
 TITLE = "Tile the scope"
 ARGS = (OP, DEPTH, Param("factor", "factor", low=2))
+TARGETS = EVERY_TARGET
 
 
 # The factors the listing offers besides the divisors: every small one and
@@ -69,9 +70,9 @@ def candidates(a: Analysis) -> Iterator[Move]:
                 yield Move(NAME, (("op", label), ("depth", depth), ("factor", factor)), line)
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    _, path, scope = scope_of(a, move)
-    factor = move.arg("factor")
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    path, scope = at.path, at.scope
+    factor = at.arg("factor")
     if scope.kind:
         return f"the scope is mapped (`{scope.token}`); only a sequential scope can be split"
     if not 1 < factor < scope.size:
@@ -98,9 +99,9 @@ def _shared_by_a_tail(a: Analysis, path: TreePath) -> str | None:
     return a.memo[key]
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    _, path, scope = scope_of(a, move)
-    depth, factor = len(path) - 1, move.arg("factor")
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    path, scope = at.path, at.scope
+    depth, factor = len(path) - 1, at.arg("factor")
     tiles, left = divmod(scope.size, factor)
 
     def sub(d: int) -> Affine:

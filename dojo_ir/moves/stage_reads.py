@@ -65,14 +65,15 @@ from ..printer import expr_text
 from ..refs import ref
 from ..tree import Access, Buffer, Dim, Expr, Node, Op, Program, Ref, Scope
 from .accumulate import copy_nest
-from .base import BUFFER, DEPTH, OP, Move, scope_of
+from .base import DEPTH, EVERY_TARGET, OP, Move, Param, Resolved
 from .buffers import declared, fresh_name, with_reads
 from .examples import MATMUL_B_PACKED, MATMUL_IN_K_BLOCKS
 from .reuse_dims import SEQUENTIAL
 
 NAME = "stage_reads"
 TITLE = "Copy what the scope reads into a temporary"
-ARGS = (OP, DEPTH, BUFFER)
+ARGS = (OP, DEPTH, Param("buffer", "array"))
+TARGETS = EVERY_TARGET
 
 
 def split(form: Affine, depth: int) -> tuple[Affine, Affine]:
@@ -135,12 +136,11 @@ class Plan:
         return Access(self.declaration.name, tuple(index))
 
 
-def _plan(a: Analysis, move: Move) -> Plan | str:
+def _plan(a: Analysis, at: Resolved) -> Plan | str:
     """The staging `move` asks for, or why it is not legal."""
-    site, path, _ = scope_of(a, move)
+    site, path = at.site, at.path
     depth = len(path) - 1
-    array = str(move.arg("buffer"))
-    buffer = a.program.buffer_of.get(array)
+    array, buffer = str(at.arg("buffer")), at.buffer
     if buffer is None:
         return f"no array `{array}`; the arrays are {', '.join(a.program.buffer_of)}"
     inside = a.touches_in(path)
@@ -230,13 +230,13 @@ def candidates(a: Analysis) -> Iterator[Move]:
                 yield Move(NAME, (("op", site.label), ("depth", depth), ("buffer", array)), site.line)
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    plan = _plan(a, move)
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    plan = _plan(a, at)
     return plan if isinstance(plan, str) else None
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    plan = _plan(a, move)
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    plan = _plan(a, at)
     assert not isinstance(plan, str)
     scope = node_at(a.program.body, plan.path)
     assert isinstance(scope, Scope)

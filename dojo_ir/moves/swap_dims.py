@@ -18,12 +18,13 @@ from dataclasses import replace
 from ..analysis import Analysis
 from ..paths import map_ops, with_body
 from ..tree import Access, Binary, Call, Expr, Op, Program, Unary
-from .base import BUFFER, DIM, Move
-from .buffers import bad_dim, buffer_move, interface, named_buffer, temporaries, with_buffer
+from .base import BUFFER, DIM, EVERY_TARGET, Move, Resolved
+from .buffers import bad_dim, buffer_move, interface, temporaries, with_buffer
 
 NAME = "swap_dims"
 TITLE = "Exchange with the next dimension"
 ARGS = (BUFFER, DIM)
+TARGETS = EVERY_TARGET
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
@@ -32,9 +33,9 @@ def candidates(a: Analysis) -> Iterator[Move]:
             yield buffer_move(NAME, buffer, dim=k)
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    buffer = named_buffer(a, move)
-    return interface(a.program, buffer) or bad_dim(buffer, move.arg("dim"), len(buffer.dims) - 1)
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    buffer = at.buffer
+    return interface(a.program, buffer) or bad_dim(buffer, at.arg("dim"), len(buffer.dims) - 1)
 
 
 def _swapped(items: tuple, k: int) -> tuple:
@@ -54,9 +55,9 @@ def _swap(expr: Expr, arrays: frozenset[str], k: int) -> Expr:
     return expr
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    buffer = named_buffer(a, move)
-    k = move.arg("dim")
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    buffer = at.buffer
+    k = at.arg("dim")
     arrays = frozenset(buffer.array_names)
 
     def swap_op(op: Op) -> Op:

@@ -23,18 +23,13 @@ from dataclasses import replace
 from ..analysis import Analysis
 from ..paths import TreePath, iter_paths, node_at, splice, with_body
 from ..tree import Node, Program
-from .base import DEPTH, OP, Move, scope_of, site_of
+from .base import DEPTH, EVERY_TARGET, OP, Move, Resolved
 from .examples import FUSED_SOFTMAX
 
 NAME = "swap_ops"
 TITLE = "Swap with the next statement"
 ARGS = (OP, replace(DEPTH, optional=True))
-
-
-def _path(a: Analysis, move: Move) -> TreePath:
-    if any(key == "depth" for key, _ in move.args):
-        return scope_of(a, move)[1]
-    return site_of(a, move).path
+TARGETS = EVERY_TARGET
 
 
 def _siblings(a: Analysis, path: TreePath) -> tuple[Node, ...]:
@@ -49,8 +44,8 @@ def candidates(a: Analysis) -> Iterator[Move]:
             yield Move(NAME, args, a.first_site(path).line)
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    path = _path(a, move)
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    path = at.path
     if path[-1] + 1 >= len(_siblings(a, path)):
         return "nothing follows it in the same body"
     following = path[:-1] + (path[-1] + 1,)
@@ -59,8 +54,8 @@ def why_not(a: Analysis, move: Move) -> str | None:
     return None
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    path = _path(a, move)
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    path = at.path
     first, second = _siblings(a, path)[path[-1]: path[-1] + 2]
     body = splice(a.program.body, path[:-1] + (path[-1] + 1,), (first,))
     return with_body(a.program, splice(body, path, (second,)))

@@ -17,11 +17,12 @@ from ..analysis import Analysis
 from ..paths import iter_paths, splice, with_body
 from ..refs import ref, substitute
 from ..tree import Program, Scope
-from .base import DEPTH, OP, Move, scope_of
+from .base import DEPTH, EVERY_TARGET, OP, Move, Resolved
 
 NAME = "swap_scopes"
 TITLE = "Interchange with the inner scope"
 ARGS = (OP, DEPTH)
+TARGETS = EVERY_TARGET
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
@@ -31,8 +32,8 @@ def candidates(a: Analysis) -> Iterator[Move]:
             yield Move(NAME, (("op", label), ("depth", depth)), a.first_site(path).line)
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    _, path, scope = scope_of(a, move)
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    path, scope = at.path, at.scope
     if len(scope.body) != 1 or not isinstance(scope.body[0], Scope):
         return "the scope does not hold exactly one scope"
     if scope.kind or scope.body[0].kind:
@@ -43,8 +44,8 @@ def why_not(a: Analysis, move: Move) -> str | None:
     return None
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    _, path, outer = scope_of(a, move)
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    path, outer = at.path, at.scope
     inner = outer.body[0]
     depth = len(path) - 1
     swap = {depth: depth + 1, depth + 1: depth}

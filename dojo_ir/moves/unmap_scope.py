@@ -18,12 +18,13 @@ from collections.abc import Iterator
 from ..analysis import Analysis
 from ..paths import iter_paths
 from ..tree import Program, Scope
-from .base import DEPTH, OP, Move, scope_of
+from .base import DEPTH, EVERY_TARGET, OP, Move, Resolved
 from .mapping import nesting_problem, with_kind
 
 NAME = "unmap_scope"
 TITLE = "Make the scope sequential"
 ARGS = (OP, DEPTH)
+TARGETS = EVERY_TARGET
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
@@ -33,15 +34,15 @@ def candidates(a: Analysis) -> Iterator[Move]:
             yield Move(NAME, (("op", label), ("depth", depth)), a.first_site(path).line)
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    _, path, scope = scope_of(a, move)
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    path, scope = at.path, at.scope
     if not scope.kind:
         return "the scope is already sequential"
     return nesting_problem(a, path, "")
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    _, path, _ = scope_of(a, move)
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    path = at.path
     return with_kind(a, path, "")
 
 

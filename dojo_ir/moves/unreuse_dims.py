@@ -31,14 +31,15 @@ from collections.abc import Iterator
 
 from ..analysis import Analysis
 from ..tree import Dim, Program
-from .base import BUFFER, DIM, Move
-from .buffers import bad_dim, buffer_move, interface, named_buffer, temporaries, with_dim
+from .base import BUFFER, DIM, EVERY_TARGET, Move, Resolved
+from .buffers import bad_dim, buffer_move, interface, temporaries, with_dim
 from .examples import FUSED_PAIR
 from .reuse_dims import one_iteration
 
 NAME = "unreuse_dims"
 TITLE = "Store the dimension whole"
 ARGS = (BUFFER, DIM)
+TARGETS = EVERY_TARGET
 
 
 def candidates(a: Analysis) -> Iterator[Move]:
@@ -48,9 +49,9 @@ def candidates(a: Analysis) -> Iterator[Move]:
                 yield buffer_move(NAME, buffer, dim=k)
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    buffer = named_buffer(a, move)
-    k = move.arg("dim")
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    buffer = at.buffer
+    k = at.arg("dim")
     reason = interface(a.program, buffer) or bad_dim(buffer, k)
     if reason:
         return reason
@@ -59,9 +60,9 @@ def why_not(a: Analysis, move: Move) -> str | None:
     return one_iteration(a, buffer, k, one_at_a_time=False)
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    buffer = named_buffer(a, move)
-    k = move.arg("dim")
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    buffer = at.buffer
+    k = at.arg("dim")
     return with_dim(a.program, buffer, k, Dim(buffer.dims[k].size))
 
 

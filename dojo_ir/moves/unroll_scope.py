@@ -21,12 +21,13 @@ from math import prod
 from ..analysis import Analysis
 from ..paths import iter_paths, node_at
 from ..tree import Program, Scope
-from .base import DEPTH, OP, Move, scope_of
+from .base import DEPTH, EVERY_TARGET, OP, Move, Resolved
 from .mapping import nesting_problem, with_kind
 
 NAME = "unroll_scope"
 TITLE = "Unroll the scope"
 ARGS = (OP, DEPTH)
+TARGETS = EVERY_TARGET
 
 MAX_SIZE = 32
 MAX_COPIES = 64
@@ -39,8 +40,8 @@ def candidates(a: Analysis) -> Iterator[Move]:
             yield Move(NAME, (("op", label), ("depth", depth)), a.first_site(path).line)
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    _, path, scope = scope_of(a, move)
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    path, scope = at.path, at.scope
     if scope.kind:
         return f"the scope is already mapped (`{scope.token}`); only a sequential scope can be unrolled"
     if scope.size > MAX_SIZE:
@@ -60,8 +61,8 @@ def _unrolled_inside(scope: Scope) -> int:
                 for child in scope.body if isinstance(child, Scope)), default=1)
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    _, path, _ = scope_of(a, move)
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    path = at.path
     return with_kind(a, path, "u")
 
 

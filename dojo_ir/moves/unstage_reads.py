@@ -36,7 +36,7 @@ from ..dependence import touches
 from ..paths import TreePath, siblings, splice, with_body
 from ..refs import ref, substitute_expr
 from ..tree import Access, Op, Program, Ref, Scope
-from .base import OP, Move, site_of
+from .base import EVERY_TARGET, OP, Move, Resolved
 from .buffers import undeclared, with_reads
 from .examples import MATMUL_B_PACKED, MATMUL_IN_K_BLOCKS
 from .inline_accumulator import _nest_root
@@ -44,6 +44,7 @@ from .inline_accumulator import _nest_root
 NAME = "unstage_reads"
 TITLE = "Read the array directly, without the copy"
 ARGS = (OP,)
+TARGETS = EVERY_TARGET
 
 
 def _is_copy(a: Analysis, op: Op) -> bool:
@@ -75,8 +76,8 @@ class _Pattern:
         return substitute_expr(value, lambda d: ref(d) if d < self.outer else by_depth[d])
 
 
-def _pattern(a: Analysis, move: Move) -> _Pattern | str:
-    copy = site_of(a, move)
+def _pattern(a: Analysis, at: Resolved) -> _Pattern | str:
+    copy = at.site
     if not _is_copy(a, copy.op):
         return (f"`{copy.label}` is not a copy `T[...] = A[...]` into a temporary alone in its buffer from an "
                 "array of another buffer")
@@ -115,8 +116,8 @@ def _pattern(a: Analysis, move: Move) -> _Pattern | str:
     return _Pattern(copy, outer, nest_path, scope_path, tuple(depths), tuple(reads.values()))
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    pattern = _pattern(a, move)
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    pattern = _pattern(a, at)
     if isinstance(pattern, str):
         return pattern
     value = pattern.copy.op.value
@@ -140,8 +141,8 @@ def _unstaged_op(op: Op, pattern: _Pattern) -> Op:
     return replace(op, value=with_reads(op.value, pattern.copy.op.target.array, pattern.unstaged))
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    pattern = _pattern(a, move)
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    pattern = _pattern(a, at)
     assert not isinstance(pattern, str)
     body = a.program.body
     for site in pattern.reads:

@@ -42,12 +42,13 @@ from ..paths import iter_paths
 from ..printer import access_text
 from ..refs import used_as_value
 from ..tree import DTYPE_BYTES, Access, Op, Program, Scope
-from .base import DEPTH, OP, Move, scope_of
+from .base import CPU_ONLY, DEPTH, OP, Move, Resolved
 from .mapping import nesting_problem, with_kind
 
 NAME = "vectorize_scope"
 TITLE = "Vectorize the scope"
 ARGS = (OP, DEPTH)
+TARGETS = CPU_ONLY
 
 MAX_LANES = 512
 VECTOR_BYTES = 2048  # a vector's most bytes: the 32 registers of AVX-512
@@ -92,8 +93,8 @@ def _vector_problem(a: Analysis, op: Op, lane: int, size: int) -> str | None:
     return None
 
 
-def why_not(a: Analysis, move: Move) -> str | None:
-    _, path, scope = scope_of(a, move)
+def why_not(a: Analysis, at: Resolved) -> str | None:
+    path, scope = at.path, at.scope
     if scope.kind:
         return f"the scope is already mapped (`{scope.token}`); only a sequential scope can be vectorized"
     if not 2 <= scope.size <= MAX_LANES:
@@ -111,8 +112,8 @@ def why_not(a: Analysis, move: Move) -> str | None:
     return None
 
 
-def rewrite(a: Analysis, move: Move) -> Program:
-    _, path, _ = scope_of(a, move)
+def rewrite(a: Analysis, at: Resolved) -> Program:
+    path = at.path
     return with_kind(a, path, "v")
 
 

@@ -63,7 +63,7 @@ def add_to(commands: argparse._SubParsersAction) -> None:
 def cmd_agent_train(args: argparse.Namespace) -> int:
     # imported here: torch and the embedding model are slow to load
     from agent.perfllm.learner import LearnerConfig
-    from agent.perfllm.train import measured, train
+    from agent.perfllm.train import TrainOptions, measured, train
     from runner.client import RunnerError
 
     unknown = [k for k in [*args.kernels, *args.hold_out] if k not in KERNELS]
@@ -84,12 +84,13 @@ def cmd_agent_train(args: argparse.Namespace) -> int:
 
     try:
         with runner_for(args) as runner:
-            result = train(kernels, out, episodes=args.episodes, max_steps=args.max_steps, target=args.target,
-                           seed=args.seed, resume=args.resume, on_progress=progress,
+            options = TrainOptions(episodes=args.episodes, max_steps=args.max_steps, target=args.target,
+                                   seed=args.seed, resume=args.resume, experience=tuple(_logs(args.from_logs)),
+                                   pretrain_updates=args.pretrain_updates,
+                                   config=None if args.epsilon_start is None else LearnerConfig(
+                                       epsilon_start=args.epsilon_start))
+            result = train(kernels, out, options, on_progress=progress,
                            evaluate=measured(out, target=args.target, runner=runner),
-                           experience=_logs(args.from_logs), pretrain_updates=args.pretrain_updates,
-                           config=None if args.epsilon_start is None else LearnerConfig(
-                               epsilon_start=args.epsilon_start),
                            on_pretrain=lambda line: print(line, file=sys.stderr, flush=True))
     except (ValueError, FileExistsError, RunnerError) as error:
         raise CommandError(f"dojo agent train: error: {error}") from None

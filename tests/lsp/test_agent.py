@@ -20,10 +20,10 @@ from tests.lsp.fixtures import derived_file
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An agent trained for one episode on softmax against a made-up cost (each move 10% faster):
     what matters here is the server's use of a checkpoint, not what it learned."""
-    from agent.perfllm.train import train
+    from agent.perfllm.train import TrainOptions, train
 
     out = tmp_path_factory.mktemp("agent")
-    train([("softmax", load(KERNELS["softmax"].small()))], out, episodes=1, max_steps=2,
+    train([("softmax", load(KERNELS["softmax"].small()))], out, TrainOptions(episodes=1, max_steps=2),
           evaluate=lambda name, spec: (lambda moves: 1e-3 * 0.9 ** len(moves)))
     return out
 

@@ -39,14 +39,15 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     parallel scope halves the time and any other move takes 5% off: enough for its ratings to
     differ from move to move, which is what matters here, not what it learned."""
     from agent.perfllm.learner import LearnerConfig
-    from agent.perfllm.train import train
+    from agent.perfllm.train import TrainOptions, train
 
     def cost(moves: list[str]) -> float:
         return 1e-3 * math.prod(0.5 if m.startswith("parallelize_scope") else 0.95 for m in moves)
 
     out = tmp_path_factory.mktemp("agent")
-    train([("softmax", load(KERNELS["softmax"].small()))], out, episodes=6, max_steps=3, embedder=FakeEmbedder(),
-          evaluate=lambda name, spec: cost, config=LearnerConfig(batch_size=4, hidden=32))
+    options = TrainOptions(episodes=6, max_steps=3, config=LearnerConfig(batch_size=4, hidden=32))
+    train([("softmax", load(KERNELS["softmax"].small()))], out, options, embedder=FakeEmbedder(),
+          evaluate=lambda name, spec: cost)
     return out
 
 
