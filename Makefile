@@ -60,7 +60,7 @@ test: install $(BENCH_STAMP) editors
 lint: install
 	$(BIN)/python -m ruff check .
 
-# Every figure of the README, in about seven hours on 2 cores: run it on a machine
+# Every figure of docs/figures.md, in about seven hours on 2 cores: run it on a machine
 # with nothing else to do, since the timings share its cores.
 bench: install $(BENCH_STAMP)
 	$(BIN)/python bench/parse_speed.py
