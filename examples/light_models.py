@@ -67,6 +67,8 @@ def runnable(name: str, seed: int = 0, size: int | None = None) -> onnx.ModelPro
     if size is not None:
         _resize_images(model, size, name)
     model = _with_weights(model, seed)
+    if size is not None:
+        _check_runs(model, name, size)
     model = _calibrated(model, sample_inputs(model, seed))
     onnx.checker.check_model(model, full_check=True)
     return model
@@ -85,11 +87,27 @@ def _resize_images(model: onnx.ModelProto, size: int, name: str) -> None:
     (image,) = (i for i in model.graph.input if i.name not in constants)
     dims = image.type.tensor_type.shape.dim
     dims[2].dim_value = dims[3].dim_value = size
-    del model.graph.output[0].type.tensor_type.shape.dim[:]  # inferred again below
+    for output in model.graph.output:
+        output.type.tensor_type.ClearField("shape")
     try:
-        onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True).graph
     except onnx.shape_inference.InferenceError as error:
         raise LightModelError(f"{name} does not take {size} x {size} images: {error}") from None
+    del model.graph.output[:]
+    model.graph.output.extend(inferred.output)
+
+
+def _check_runs(model: onnx.ModelProto, name: str, size: int) -> None:
+    """Shape inference lets through a pool wider than its image and a Reshape to the wrong size:
+    running tells."""
+    try:
+        options = ort.SessionOptions()
+        options.log_severity_level = 4  # the error is raised here, not logged
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session.run(None, sample_inputs(model))
+    except (ort.capi.onnxruntime_pybind11_state.Fail, ort.capi.onnxruntime_pybind11_state.RuntimeException,
+            ort.capi.onnxruntime_pybind11_state.InvalidArgument) as error:
+        raise LightModelError(f"{name} does not take {size} x {size} images: {str(error).splitlines()[0]}") from None
 
 
 def _readers(graph: onnx.GraphProto) -> dict[str, list[tuple[onnx.NodeProto, int]]]:
