@@ -160,6 +160,8 @@ def _with_weights(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
             kept.append(node)
             continue
         (name,) = node.output
+        if name not in readers:
+            continue  # a placeholder nothing reads: left out with its node
         shape = [int(d) for d in constants[node.input[0]]]
         reader, position, seen = _final_reader(name, readers)
         rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
