@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
-from bench.onnx_models import dojo, rounds  # noqa: E402
+from bench.onnx_models import rounds  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
 from libgen.onnx.run import ModelRunner, all_cores, cores  # noqa: E402
 from libgen.peers import machine_lock  # noqa: E402
@@ -124,10 +124,13 @@ def flops(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> int:
     return total
 
 
-def timed(*args: str) -> float:
+def timed(*args: str) -> tuple[float, str]:
+    """The seconds a `dojo` command took, and what it printed."""
     started = time.perf_counter()
-    dojo(*args)
-    return time.perf_counter() - started
+    done = subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"dojo {' '.join(args)} failed:\n{done.stderr}")
+    return time.perf_counter() - started, done.stdout
 
 
 def tune_command() -> bool:
@@ -140,14 +143,18 @@ def build_all(name: str, model: Path, out: Path, args: argparse.Namespace) -> di
     libraries, seconds = {}, {}
     for run, suffix, flag in (("plain", "", []), ("fused", "_fused", ["--fuse"])):
         files, library = out / f"{name}{suffix}", out / f"{name}{suffix}_lib"
-        seconds[f"import {run}"] = timed("import", str(model), "--out", str(files), *flag)
-        seconds[f"build {run}"] = timed("library", "build", *map(str, sorted(files.glob("*.dojo"))), "--method",
-                                        "heuristic", "--budget", "1", "--min-time", "0.05", "--out", str(library),
-                                        "--name", f"{name}{suffix}")
+        seconds[f"import {run}"], _ = timed("import", str(model), "--out", str(files), *flag)
+        built, said = timed("library", "build", *map(str, sorted(files.glob("*.dojo"))), "--method", "heuristic",
+                            "--budget", "1", "--min-time", "0.05", "--out", str(library), "--name", f"{name}{suffix}")
+        first = out / f"{name}{suffix}.build.json"  # the build that tuned the kernels, not a rerun that kept them
+        if "(0 tuned," not in said or not first.exists():
+            first.write_text(json.dumps({"seconds": built, "kept": "(0 tuned," in said}))
+        record = json.loads(first.read_text())
+        seconds[f"build {run}"] = None if record["kept"] else record["seconds"]
         libraries[run] = str(library)
     if args.budget and tune_command():
         library = out / f"{name}_tuned_{args.budget}"
-        seconds["tune"] = timed("model", "tune", str(model), "--out", str(library), "--budget", str(args.budget))
+        seconds["tune"], _ = timed("model", "tune", str(model), "--out", str(library), "--budget", str(args.budget))
         libraries["tuned"] = str(library)
     return {"libraries": libraries, "seconds": seconds}
 
@@ -229,8 +236,9 @@ def report(rows: list[dict], args: argparse.Namespace, peak: float, tuning: bool
                      f"{row['flops'] / median['onnxruntime'] / 1e9:.0f}, {row['flops'] / best / 1e9:.0f} |")
     lines += ["", "Correctness, coverage and costs: the largest difference from ONNX Runtime's outputs over the "
               "largest output's magnitude; the Conv, MatMul and Gemm nodes not in a library kernel; the nodes left to "
-              "ONNX Runtime, by operator; the wall time of each `dojo` command (a fresh Python each, kernels already "
-              "built in build/real_models/ kept, so a rerun's build times are short).", "",
+              "ONNX Runtime, by operator; the wall time of each `dojo` command (a fresh Python each). A build's time "
+              "is that of the build that tuned its kernels (kept in build/real_models/NAME.build.json); `kept` when "
+              "they were built before, by other means.", "",
               "| model | max diff / largest | products not in a kernel | left to ONNX Runtime (plain; fused) | "
               "import s (plain, fused) | build s (plain, fused) | tune s |", "|---|---|---|---|---|---|---|"]
     for row in rows:
@@ -241,11 +249,15 @@ def report(rows: list[dict], args: argparse.Namespace, peak: float, tuning: bool
                          for r in ("plain", "fused"))
         differences = ", ".join(f"{r} {worst[r]:.1e}" for r in runs)
         tune = f"{seconds['tune']:.0f}" if "tune" in seconds else "-"
+        builds = ", ".join("kept" if seconds[f"build {r}"] is None else f"{seconds[f'build {r}']:.0f}"
+                           for r in ("plain", "fused"))
         lines.append(f"| {row['name']} | {differences} | {', '.join(f'{r} {apart[r]}' for r in runs)} | {left} | "
-                     f"{seconds['import plain']:.0f}, {seconds['import fused']:.0f} | {seconds['build plain']:.0f}, "
-                     f"{seconds['build fused']:.0f} | {tune} |")
+                     f"{seconds['import plain']:.0f}, {seconds['import fused']:.0f} | {builds} | {tune} |")
     loads = [load for row in rows for p in row["runs"] for load in p["load"]]
     lines += ["", f"Load average {min(loads):.1f} to {max(loads):.1f} while timing."]
+    if left_out := [m for m in MODELS if m not in args.models]:
+        lines[-1] += f" Not run this time: {', '.join(left_out)}."
+
     return "\n".join(lines) + "\n"
 
 
