@@ -221,8 +221,8 @@ def report(rows: list[dict], args: argparse.Namespace, peak: float, tuning: bool
              f"calls of ONNX Runtime (one session, default optimisations, {cores()} intra-op threads, same process) "
              "and of `dojo model run`'s ModelRunner on each library (bench/onnx_models.py's `rounds`).", ""]
     if not tuning:
-        lines += ["`dojo model tune` " + ("is not in this checkout: the tuned column is left out." if args.budget
-                                          and not tune_command() else "was not asked for (--budget 0)."), ""]
+        lines += ["`dojo model tune` " + ("is not in this checkout" if not tune_command() else
+                                          "was not asked for (--budget 0)") + ": the tuned column is left out.", ""]
     lines += ["ORT / ours is each round's ONNX Runtime median over the library's, the median over a process's "
               "rounds; the table gives the median over the processes and their range. Above 1, ours is faster. "
               "GFLOP/s count the Conv, MatMul and Gemm nodes' multiply-adds (2 flops each) over the median time.", "",
