@@ -296,7 +296,9 @@ def main() -> int:
         paired = ", ".join(f"{r} {statistics.median(p['paired'][r] for p in runs):.2f}x" for r in built["libraries"])
         worst = ", ".join(f"{r} {max(p['differences'][r] for p in runs):.1e}" for r in built["libraries"])
         print(f"{name}: ORT / ours {paired}; differences over the largest output {worst}", flush=True)
-    args.report.write_text(report(rows, args, peak, tuning=all("tune" in row["seconds"] for row in rows)))
+        done = argparse.Namespace(**{**vars(args), "models": [row["name"] for row in rows]})
+        # after each model, so that a long run stopped on the way still leaves the rows it measured
+        args.report.write_text(report(rows, done, peak, tuning=all("tune" in row["seconds"] for row in rows)))
     print(f"wrote {args.report}")
     return 0
 
