@@ -27,8 +27,8 @@ unit size through a deep net:
 The initializers are taken out of the graph's inputs (IR version 4 and later allow it), so that
 runtimes may treat them as the constants they are: ONNX Runtime does not fold an initializer a
 caller could override. `size` sets the images' height and width, for models whose shapes follow
-from it (a global pool before the classifier: SqueezeNet, DenseNet); elsewhere a fixed Reshape
-refuses it.
+from it (SqueezeNet's classifier ends in a global pool); a fixed Reshape or a pool wider than its
+image refuses it, as ResNet-50's, ShuffleNet's and VGG-19's do at 112.
 """
 
 from __future__ import annotations
