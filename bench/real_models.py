@@ -217,7 +217,8 @@ def report(rows: list[dict], args: argparse.Namespace, peak: float, tuning: bool
              "--fuse` (fused), each import built by `dojo library build --method heuristic --budget 1` (the "
              "heuristic pass, no search)"
              + (f", and tuned by `dojo model tune --budget {args.budget}`" if tuning else "")
-             + f"; then in each of {args.processes} processes {args.rounds} alternating rounds of {args.repeats} "
+             + f"; then in each of {args.processes} process{'es' if args.processes > 1 else ''} {args.rounds} "
+             f"alternating rounds of {args.repeats} "
              f"calls of ONNX Runtime (one session, default optimisations, {cores()} intra-op threads, same process) "
              "and of `dojo model run`'s ModelRunner on each library (bench/onnx_models.py's `rounds`).", ""]
     if not tuning:
