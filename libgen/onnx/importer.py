@@ -417,6 +417,27 @@ def _node(node: onnx.NodeProto, name: str, opset: int, value: Callable[[str], Va
                 tuple(value(n) for n in node.output if n), _attributes(node), opset)
 
 
+def _without_unread_optional_outputs(node: onnx.NodeProto, opset: int, readers: Counter) -> onnx.NodeProto:
+    """`node` as if the model had left out the optional outputs that nothing reads (opset 9's
+    Dropout mask, MaxPool's indices): a kernel need not write them, nor their dtype or shape be
+    one the format has."""
+    if node.domain not in DEFAULT_DOMAINS or not onnx.defs.has(node.op_type):
+        return node
+    declared = onnx.defs.get_schema(node.op_type, opset).outputs
+    optional = onnx.defs.OpSchema.FormalParameterOption.Optional
+    kept = [o if i >= len(declared) or declared[i].option != optional or readers[o] else ""
+            for i, o in enumerate(node.output)]
+    while kept and not kept[-1]:
+        kept.pop()
+    if kept == list(node.output):
+        return node
+    trimmed = onnx.NodeProto()
+    trimmed.CopyFrom(node)
+    del trimmed.output[:]
+    trimmed.output.extend(kept)
+    return trimmed
+
+
 def _loose_node(node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[str, Tensor],
                 constants: Mapping[str, np.ndarray]) -> Node:
     """The node as far as it is known, for a node without a kernel (fusion reads only its names)."""
@@ -565,6 +586,7 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False,
                                                                      _attributes(onnx_node).items()},
                   "kernel": None, "unsupported": None}
         records.append(record)
+        onnx_node = _without_unread_optional_outputs(onnx_node, opset, readers)
         folded = _fold(onnx_node, opset, constants, tensors) if onnx_node.domain in DEFAULT_DOMAINS else None
         if folded is not None:
             constants.update(zip((n for n in onnx_node.output if n), folded, strict=False))

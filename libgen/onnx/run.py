@@ -428,7 +428,9 @@ def _classify(unit: _Unit, nodes: Sequence[onnx.NodeProto], library: Library, he
     """Where `unit` runs: on the library when it holds the unit's kernel from the same spec (`held`)."""
     first = nodes[unit.nodes[0]]
     single = len(unit.nodes) == 1
-    if single and first.op_type in VIEWS and first.input and _shape(infos, first.input[0]) is not None \
+    # a Dropout the import gave a kernel is one of inference, which passes its input through
+    passes_through = first.op_type in VIEWS or first.op_type == "Dropout" and unit.kernel is not None
+    if single and passes_through and first.input and _shape(infos, first.input[0]) is not None \
             and _shape(infos, first.output[0]) is not None:
         unit.kind, unit.inputs, unit.outputs = "view", [first.input[0]], [first.output[0]]
     elif unit.kernel in held:

@@ -119,6 +119,26 @@ def test_an_unsupported_node_in_the_middle_is_skipped_and_the_rest_imported():
     assert_calls_match_ort(imported, proto, {"x": normal(3, 7)})
 
 
+@pytest.mark.parametrize("opset", [9, 12])
+def test_an_optional_output_nothing_reads_is_left_out(opset):
+    # SqueezeNet and AlexNet (opset 9) name Dropout's mask, of no inferred shape there, and never read it
+    nodes = [helper.make_node("Dropout", ["x"], ["y", "mask"], name="dropout"),
+             helper.make_node("Relu", ["y"], ["z"], name="relu")]
+    proto = model(nodes, [tensor("x", [3, 5])], [tensor("z", [3, 5])], opset=opset)
+    imported = import_model(proto)
+    assert imported.skipped == ()
+    assert [(c.nodes, c.outputs) for c in imported.calls] == [(("dropout",), ("y",)), (("relu",), ("z",))]
+    assert imported.to_json()["nodes"][0]["outputs"] == ["y", "mask"]  # model.json keeps the model's node
+    assert_calls_match_ort(imported, proto, {"x": normal(3, 5)})
+
+
+def test_an_optional_output_that_is_read_is_still_refused():
+    nodes = [helper.make_node("Dropout", ["x"], ["y", "mask"], name="dropout"),
+             helper.make_node("Not", ["mask"], ["kept"], name="not")]
+    proto = model(nodes, [tensor("x", [3, 5])], [tensor("y", [3, 5]), tensor("kept", [3, 5], TensorProto.BOOL)])
+    assert [(s.node, s.feature) for s in import_model(proto).skipped] == [("dropout", "dtype"), ("not", "dtype")]
+
+
 def test_a_symbolic_dimension_skips_the_nodes_that_see_it():
     nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu"), helper.make_node("Exp", ["z"], ["w"], name="exp")]
     proto = model(nodes, [tensor("x", ["batch", 5]), tensor("z", [3, 5])], [tensor("y", ["batch", 5]),

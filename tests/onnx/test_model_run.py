@@ -104,6 +104,20 @@ def test_a_fused_conv_block_runs_wholly_on_its_library_fused_or_not_found_by_its
     assert_runs_as_onnxruntime(unfused, path)
 
 
+def test_an_inference_dropout_is_a_view_of_its_input(tmp_path: Path) -> None:
+    # as SqueezeNet writes it (opset 9): a mask output that nothing reads
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Dropout", ["r"], ["d", "mask"], name="dropout", ratio=0.5),
+             helper.make_node("Exp", ["d"], ["y"], name="exp")]
+    graph = helper.make_graph(nodes, "dropout", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 5])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3, 5])])
+    path, library = library_of(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)]), tmp_path,
+                               "mr_dropout")
+    runner = ModelRunner(path, library)
+    assert runner.placement == {"relu": "library", "dropout": "view", "exp": "library"}
+    assert_runs_as_onnxruntime(runner, path)
+
+
 def test_an_encoder_layer_shares_buffers_between_values_that_do_not_live_at_once(tmp_path: Path) -> None:
     """The layer's residuals keep values alive across the attention and the feed-forward network: a
     buffer handed on before its last reader ran would change the outputs."""
