@@ -4,12 +4,14 @@ column 1), which every front door prints as `FILE:LINE:COL: error: ...`."""
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 from .errors import NOWHERE, DojoError
 from .tree import Span
 
 RULE = "read"
+MAX_SOURCE_BYTES = 256 << 20  # a 20,000-line kernel is about 1 MB
 
 
 def decode(data: bytes) -> str:
@@ -25,8 +27,15 @@ def decode(data: bytes) -> str:
 
 
 def read_source(path: Path) -> str:
-    """The text of the file at `path`."""
+    """The text of the file at `path`: a regular file (a pipe or a device would be read forever) of
+    at most MAX_SOURCE_BYTES."""
     try:
+        status = path.stat()
+        if not stat.S_ISREG(status.st_mode):
+            raise DojoError.at(NOWHERE, "cannot read: not a regular file", RULE)
+        if status.st_size > MAX_SOURCE_BYTES:
+            raise DojoError.at(NOWHERE, f"cannot read: {status.st_size:,} bytes, over the limit of "
+                               f"{MAX_SOURCE_BYTES:,} for a .dojo file", RULE)
         data = path.read_bytes()
     except OSError as error:
         raise DojoError.at(NOWHERE, f"cannot read: {error.strerror or error}", RULE) from None

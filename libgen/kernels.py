@@ -23,6 +23,7 @@ from pathlib import Path
 from dojo_ir import DojoError, Program, load
 from dojo_ir.derivation import spec_path
 from dojo_ir.library import KERNELS
+from dojo_ir.source import read_source
 
 from . import runtime
 
@@ -119,10 +120,7 @@ def library_kernel(kernel: str, name: str | None = None, base: str = "paper", **
 def _from_file(path: Path) -> KernelSpec:
     def read(file: Path) -> tuple[str, Program]:
         try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise LibraryError(f"{file}: error: cannot read: {error}") from None
-        try:
+            text = read_source(file)
             return text, load(text)
         except DojoError as error:
             raise LibraryError(error.format(str(file))) from None

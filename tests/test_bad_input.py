@@ -158,3 +158,21 @@ def test_dojo_interp_refuses_a_huge_temporary_with_a_position(tmp_path: Path, ca
                     "4 y[{0}] = x[{0}]\n")
     assert main(["interp", "--seed", "0", "--out", str(tmp_path / "out.npz"), str(path)]) == 1
     assert capsys.readouterr().err.startswith(f"{path}:5:1: error: the arrays of k take 4000000000064 bytes")
+
+
+def test_a_device_or_a_pipe_is_not_read_as_a_dojo_file(tmp_path: Path, capsys) -> None:
+    spec = tmp_path / "zero.dojo"  # a derivation whose spec is a device that never ends
+    spec.write_text('kernel k(x) -> y\nspec "/dev/zero"\nmove join_scopes(op=y#1, depth=0)\n\nx f32 [4] heap\n'
+                    'y f32 [4] heap\n\n4 y[{0}] = x[{0}]\n')
+    assert main(["replay", str(spec)]) == 1
+    assert "/dev/zero:1:1: error: cannot read: not a regular file" in capsys.readouterr().err
+    assert main(["check", "/dev/zero"]) == 1
+    assert capsys.readouterr().out.startswith("/dev/zero:1:1: error: cannot read: not a regular file")
+
+
+def test_a_dojo_file_over_the_limit_is_refused_before_it_is_read(tmp_path: Path, capsys) -> None:
+    big = tmp_path / "big.dojo"
+    with open(big, "wb") as sparse:  # 5 GiB that take no disk
+        sparse.truncate(5 << 30)
+    assert main(["check", str(big)]) == 1
+    assert "over the limit of 268,435,456 for a .dojo file" in capsys.readouterr().out

@@ -35,6 +35,7 @@ one file, so that a model's repeated layers are tuned once; a kernel is named af
 from __future__ import annotations
 
 import json
+import math
 import stat
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
@@ -138,6 +139,7 @@ def load_model(model: onnx.ModelProto | str | Path) -> tuple[str, onnx.ModelProt
         if not proto.HasField("graph"):  # protobuf reads an empty file, and some others, as an empty message
             raise ModelError(f"{path}: error: cannot read an ONNX model: it has no graph")
     graph = proto.graph
+    _check_numbers(name, proto)
     # every node as its operator's schema defines it, so that the catalogue reads well-formed attributes
     # (the nodes alone: check_model also wants every declared type to have a shape, which ORT does not)
     context = onnx.checker.C.CheckerContext()
@@ -163,6 +165,28 @@ def load_model(model: onnx.ModelProto | str | Path) -> tuple[str, onnx.ModelProt
     if not all(isinstance(text, str) for text in names):  # protobuf gives a string that is not UTF-8 as bytes
         raise ModelError(f"{name}: error: not a valid ONNX model: a name is not UTF-8 text")
     return name, proto
+
+
+_ELEMENT_TYPES = frozenset(onnx.TensorProto.DataType.values())
+
+
+def _check_numbers(name: str, proto: onnx.ModelProto) -> None:
+    """ModelError for a version or an element type that no ONNX defines (onnx's checker takes the
+    versions as 32-bit integers, and names element types by a table)."""
+    for version, what in [(proto.ir_version, "IR version"),
+                          *((o.version, f"opset version of domain `{o.domain}`" if o.domain else "opset version")
+                            for o in proto.opset_import)]:
+        if not 0 <= version < 2**31:
+            raise ModelError(f"{name}: error: not a valid ONNX model: {what} {version} is not one ONNX defines")
+    graph = proto.graph
+    for value in (*graph.input, *graph.output, *graph.value_info):
+        if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type not in _ELEMENT_TYPES:
+            raise ModelError(f"{name}: error: not a valid ONNX model: value `{value.name}` has element type "
+                             f"{value.type.tensor_type.elem_type}, which ONNX does not define")
+    for tensor in graph.initializer:
+        if tensor.data_type not in _ELEMENT_TYPES:
+            raise ModelError(f"{name}: error: not a valid ONNX model: initializer `{tensor.name}` has element "
+                             f"type {tensor.data_type}, which ONNX does not define")
 
 
 def _nodes_to_check(graph: onnx.GraphProto) -> onnx.GraphProto:
@@ -343,6 +367,8 @@ def _fold(node: onnx.NodeProto, opset: int, constants: Mapping[str, np.ndarray],
     constant = all(n in constants for n in used_names(node))
     if node.op_type not in FOLDED and not (constant and (node.op_type in FOLDABLE or _integral(node, tensors))):
         return None
+    if not _small(node, tensors):
+        return None  # a kernel's, or ONNX Runtime's, to compute: not the import's memory
     # onnx's reference implementation at the model's opset: the attributes' meaning changed over opsets
     inputs = [n for n in node.input if n]
     graph = helper.make_graph([node], "fold", [helper.make_tensor_value_info(n, 0, None) for n in inputs],
@@ -352,6 +378,16 @@ def _fold(node: onnx.NodeProto, opset: int, constants: Mapping[str, np.ndarray],
         return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, {n: constants[n] for n in inputs})]
     except (ValueError, TypeError, IndexError, RuntimeError):
         return None  # not foldable after all (an index out of range...): the node is imported as any other
+
+
+def _small(node: onnx.NodeProto, tensors: Mapping[str, Tensor]) -> bool:
+    """Whether every output of `node` is known to hold at most limits.FOLDED_ELEMENTS: an output of
+    unknown shape may be as large as its inputs' values say (a Range to 2**40)."""
+    for output in filter(None, node.output):
+        dims = tensors.get(output, Tensor(0, None)).dims
+        if dims is None or not all(isinstance(d, int) for d in dims) or math.prod(dims) > limits.FOLDED_ELEMENTS:
+            return False
+    return True
 
 
 def _integral(node: onnx.NodeProto, tensors: Mapping[str, Tensor]) -> bool:
@@ -383,6 +419,8 @@ def _value(name: str, tensors: Mapping[str, Tensor], constants: Mapping[str, np.
         raise Unsupported("dynamic shape", shown)
     if 0 in tensor.dims:
         raise Unsupported("empty tensor", shown)
+    if math.prod(tensor.dims) > limits.TENSOR_ELEMENTS:
+        raise Unsupported("too large", f"{shown}, more than {limits.TENSOR_ELEMENTS:,} elements")
     if tensor.elem_type not in DTYPES:
         raise Unsupported("dtype", f"`{name}` is {onnx.TensorProto.DataType.Name(tensor.elem_type).lower()}")
     return Value(name, DTYPES[tensor.elem_type], tuple(tensor.dims))

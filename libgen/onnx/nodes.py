@@ -45,6 +45,7 @@ FEATURES = {
     "not a tensor": "it works on sequences, maps, optionals or strings",
     "dynamic shape": "a shape is not known when the model is imported",
     "empty tensor": "a tensor has no elements, and the format's dimensions are at least 1",
+    "too large": "a tensor is larger than the import's limits (docs/onnx.md, Limits)",
     "not written": "the catalogue has no entry for it yet",
     "invalid": "its shapes or attributes disagree with its operator's definition",
 }

@@ -7,9 +7,10 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from bench import fuzz_onnx
 from bench.fuzz_onnx import MUTATIONS, Mutant, mutants, try_import
@@ -79,3 +80,43 @@ def test_an_initializer_of_negative_size_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "model.onnx"
     path.write_bytes(helper.make_model(graph).SerializeToString())
     assert _import_error(path) == "model.onnx: error: initializer `w` has a negative size: [-4]"
+
+
+def _one_node(node: onnx.NodeProto, inputs: list, output: onnx.ValueInfoProto, initializers: list = ()
+              ) -> onnx.ModelProto:
+    graph = helper.make_graph([node], "hostile", inputs, [output], list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_versions_and_element_types_no_onnx_defines_are_refused(tmp_path: Path) -> None:
+    relu = _one_node(helper.make_node("Relu", ["x"], ["y"]), [helper.make_tensor_value_info("x", 1, [4])],
+                     helper.make_tensor_value_info("y", 1, [4]))
+    relu.opset_import[0].version = 2**62
+    onnx.save(relu, tmp_path / "opset.onnx")
+    assert _import_error(tmp_path / "opset.onnx").endswith(f"opset version {2**62} is not one ONNX defines")
+    relu.opset_import[0].version = 17
+    relu.graph.input[0].type.tensor_type.elem_type = 99
+    onnx.save(relu, tmp_path / "type.onnx")
+    assert _import_error(tmp_path / "type.onnx").endswith("value `x` has element type 99, which ONNX does not define")
+
+
+def test_constants_and_pads_past_the_limits_are_neither_computed_nor_enumerated() -> None:
+    """A Range to 2**40 of constant inputs would take 8 TiB to fold, a Pad by 10**9 a billion steps
+    to write down: each node is left without a kernel, at once."""
+    scalars = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("s", 0), ("l", 2**40), ("d", 1))]
+    ranged = _one_node(helper.make_node("Range", ["s", "l", "d"], ["y"]), [],
+                       helper.make_tensor_value_info("y", onnx.TensorProto.INT64, None), scalars)
+    padded = _one_node(helper.make_node("Pad", ["x", "p"], ["y"]), [helper.make_tensor_value_info("x", 1, [4])],
+                       helper.make_tensor_value_info("y", 1, None),
+                       [numpy_helper.from_array(np.array([10**9, 10**9], np.int64), "p")])
+    for model in (ranged, padded):
+        (skipped,) = import_model(model).skipped
+        assert skipped.feature == "too large" and "more than 1,073,741,824 elements" in skipped.detail
+
+
+def test_a_large_constant_pad_is_written_without_looking_at_each_position() -> None:
+    padded = _one_node(helper.make_node("Pad", ["x", "p"], ["y"]), [helper.make_tensor_value_info("x", 1, [4])],
+                       helper.make_tensor_value_info("y", 1, None),
+                       [numpy_helper.from_array(np.array([2**28, 5], np.int64), "p")])
+    imported = import_model(padded)
+    assert not imported.skipped and f"{2**28} y[{{0}}] = 0" in imported.kernels["pad"]

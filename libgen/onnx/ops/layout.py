@@ -45,6 +45,9 @@ def factored_copy(kernel: Kernel, source: Array, target: Array, factors: Sequenc
     kernel.loop(sizes, target.at(indices(target_dims)), "=", source.at(indices(source_dims)))
 
 
+MAX_BORDER = 65_536  # positions of a Pad border that repeats the input, each looked at by the import
+
+
 @dataclass(frozen=True)
 class Run:
     """One axis of a box: `size` positions of the target from `start`, reading the source from
@@ -374,12 +377,18 @@ def pad_runs(length: int, before: int, after: int, mode: str) -> list[Run]:
     if kept < 1 and mode != "constant":
         raise Unsupported("not written", f"Pad mode {mode!r} of an axis cropped to nothing")
     before, after = max(before, 0), max(after, 0)
-    runs = []
-    for low, high in ((0, before), (before, before + kept), (before + kept, before + kept + after)):
-        sources = [None if source is None else first + source
-                   for source in (pad_source(position - before, kept, mode) for position in range(low, high))]
+    runs = [Run(kept, before, first, 1)] if kept > 0 else []
+    for low, high in ((0, before), (before + kept, before + kept + after)):
+        if high == low:
+            continue
+        if mode == "constant":
+            runs.append(Run(high - low, low, None))
+            continue
+        if high - low > MAX_BORDER:  # each position of a border that repeats the input is looked at
+            raise Unsupported("not written", f"Pad mode {mode!r} with a border of more than {MAX_BORDER:,}")
+        sources = [first + pad_source(position - before, kept, mode) for position in range(low, high)]
         runs += straight_runs(low, sources)
-    return runs
+    return sorted(runs, key=lambda run: run.start)
 
 
 def straight_runs(start: int, sources: Sequence[int | None]) -> list[Run]:
