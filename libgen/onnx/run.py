@@ -17,17 +17,16 @@ shape; every other node runs on ONNX Runtime: one
 session per run of consecutive such nodes, built once, with as many intra-op threads as the
 process has cores. Every value of static shape has a 64-byte aligned buffer, planned once, that
 the library's kernels and ONNX Runtime (through an IOBinding) write in place, so a run only copies
-the inputs in and the outputs out; values whose lives do not overlap share one (`_Pool`). `run`
+the inputs in and the outputs out; values whose lives do not overlap share one (plan.py's `Pool`). `run`
 is not reentrant: one thread at a time. `run_timed` is the same run, each step timed: a loop of its
 own, so that `run` pays nothing for profiling.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,32 +34,35 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from dojo_ir import load
 
 from ..manifest import arrays
 from ..runtime import Library, aligned_empty, read_manifest
-from .reads import used_names
+from .plan import (
+    Info,
+    Pool,
+    RunError,
+    Unit,
+    aligned_copy,
+    classify,
+    dead_after,
+    merged,
+    needed,
+    ordered,
+    shape_of,
+    static_shape,
+    sub_model,
+    units_of,
+    value_infos,
+)
 
-VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
                     "Bernoulli"})  # never folded into constants
 # read when this module loads, before a library's OpenMP may pin the thread to one core
 CORES = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
-Shape = tuple[int, ...]
 
-
-class RunError(Exception):
-    """A model, library or input that cannot be run, with a message naming it."""
-
-
-@dataclass(frozen=True)
-class Info:
-    """A value's numpy dtype and its shape, None when not known before the run."""
-
-    dtype: np.dtype
-    shape: Shape | None
 
 
 @dataclass(frozen=True)
@@ -70,17 +72,6 @@ class Step:
 
     kernel: str | None
     nodes: tuple[str, ...]
-
-
-@dataclass
-class _Unit:
-    """A step of the run before it is planned: one call of the import or one node."""
-
-    nodes: list[int]  # indices into the graph's nodes, in the graph's order
-    inputs: list[str]
-    outputs: list[str]
-    kind: str = "onnxruntime"  # or "library", "view", "constant"
-    kernel: str | None = None
 
 
 @dataclass
@@ -135,12 +126,12 @@ class ModelRunner:
         self._constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
         self._constants.update((name, derived.value) for name, derived in imported.constants.items())
 
-        units = _units(self._nodes, names, imported.calls)
+        units = units_of(self._nodes, names, imported.calls)
         for unit in units:
-            _classify(unit, self._nodes, library, held, self.infos)
-        units = _needed(_ordered(units), self.outputs)
+            classify(unit, self._nodes, library, held, self.infos)
+        units = needed(ordered(units), self.outputs)
         for unit in units:
-            known = _static_shape(unit, self._nodes, self.infos)
+            known = static_shape(unit, self._nodes, self.infos)
             if known is not None:  # a Shape of a value of static shape, as the import folds it
                 self._constants[unit.outputs[0]], unit.kind = known, "constant"
             elif unit.kind == "view" and unit.inputs[0] in self._constants:  # shape arithmetic goes on
@@ -155,21 +146,21 @@ class ModelRunner:
         self.placement: dict[str, str] = dict.fromkeys(names, "unused")
         for unit in units:
             self.placement.update((names[i], unit.kind) for i in unit.nodes)
-        self._fixed = {name: _aligned_copy(value) for name, value in self._constants.items()}
+        self._fixed = {name: aligned_copy(value) for name, value in self._constants.items()}
         self._fixed.update((name, aligned_empty(info.dtype, info.shape)) for name, info in self.inputs.items())
         self.imported = imported  # the import the run follows: its kernels' specs, for profiles
-        self._pool = _Pool()
+        self._pool = Pool()
         self._pooled: dict[str, np.ndarray] = {}  # a value made by a step -> the pool's buffer holding it
-        merged = _merged(units, self.outputs)
-        dead_after = _dead_after(merged, self.outputs)
+        joined = merged(units, self.outputs)
+        dead = dead_after(joined, self.outputs)
         self._steps = []
         self.steps: list[Step] = []  # what each of the run's steps does, in order
-        for position, unit in enumerate(merged):
+        for position, unit in enumerate(joined):
             planned = self._plan(unit)
             self._steps += planned
             self.steps += [Step(unit.kernel if unit.kind == "library" else None, tuple(names[i] for i in unit.nodes))
                            for _ in planned]
-            for name in dead_after.get(position, ()):
+            for name in dead.get(position, ()):
                 if name in self._pooled:
                     self._pool.give(self._pooled.pop(name))
 
@@ -193,11 +184,11 @@ class ModelRunner:
     def _buffer(self, name: str) -> np.ndarray | None:
         """The buffer of `name`, allocated now when its shape is known; None when it is made only
         during the run."""
-        if name not in self._fixed and _shape(self.infos, name) is not None:
+        if name not in self._fixed and shape_of(self.infos, name) is not None:
             self._pooled[name], self._fixed[name] = self._pool.take(self.infos[name].dtype, self.infos[name].shape)
         return self._fixed.get(name)
 
-    def _plan(self, unit: _Unit) -> list[Any]:
+    def _plan(self, unit: Unit) -> list[Any]:
         if unit.kind == "view":  # of a value of static shape, hence of a buffer made before
             self._fixed[unit.outputs[0]] = self._fixed[unit.inputs[0]].reshape(self.infos[unit.outputs[0]].shape)
             return []
@@ -206,7 +197,7 @@ class ModelRunner:
             return [_LibraryStep(self._library, self._library.kernels[unit.kernel], pointers)]
         return [] if unit.kind == "constant" else [self._bound(unit)]
 
-    def _session(self, unit: _Unit, constants: Mapping[str, np.ndarray]) -> Any:
+    def _session(self, unit: Unit, constants: Mapping[str, np.ndarray]) -> Any:
         """An ONNX Runtime session of the unit's nodes, the inputs in `constants` as initializers."""
         import onnxruntime as ort
 
@@ -225,7 +216,7 @@ class ModelRunner:
             raise RunError(f"{self.model}: ONNX Runtime cannot run nodes "
                            f"{', '.join(n.name or n.op_type for n in nodes)}: {error}") from None
 
-    def _bound(self, unit: _Unit) -> _SessionStep:
+    def _bound(self, unit: Unit) -> _SessionStep:
         """The unit's session, its inputs and outputs bound to the buffers they have."""
         folded = {name: self._fixed[name] for name in unit.inputs if name in self._constants}
         session = self._session(unit, folded)
@@ -366,178 +357,11 @@ def model_inputs(model: onnx.ModelProto, infos: Mapping[str, Info], name: str) -
     inputs = {}
     for value in model.graph.input:
         if value.name not in initializers:
-            if _shape(infos, value.name) is None:
+            if shape_of(infos, value.name) is None:
                 raise RunError(f"{name}: input `{value.name}` has no fixed shape; give it one with --input-shape "
                                f"{value.name}=D,D,... (as to `dojo import`)")
             inputs[value.name] = infos[value.name]
     return inputs
-
-
-def _static_shape(unit: _Unit, nodes: Sequence[onnx.NodeProto], infos: Mapping[str, Info]) -> np.ndarray | None:
-    """The output of a unit that is one Shape or Size node of a value of static shape, else None."""
-    node = nodes[unit.nodes[0]]
-    if unit.kind != "onnxruntime" or len(unit.nodes) != 1 or node.op_type not in ("Shape", "Size") \
-            or node.domain not in ("", "ai.onnx") or _shape(infos, node.input[0]) is None:
-        return None
-    dims = _shape(infos, node.input[0])
-    if node.op_type == "Size":
-        return np.array(math.prod(dims), np.int64)
-    attributes = {a.name: a.i for a in node.attribute}
-    return np.array(dims[attributes.get("start", 0):attributes.get("end", len(dims))], np.int64)
-
-
-def _shape(infos: Mapping[str, Info], name: str) -> Shape | None:
-    info = infos.get(name)
-    return None if info is None else info.shape
-
-
-def value_infos(model: onnx.ModelProto) -> dict[str, Info]:
-    """The dtype and static shape of every value that the graph of `model`, whose shapes
-    `read_model` inferred as the import does, declares."""
-    graph = model.graph
-    infos: dict[str, Info] = {}
-    for value in [*graph.input, *graph.value_info, *graph.output]:
-        kind = value.type.tensor_type
-        if not value.type.HasField("tensor_type") or kind.elem_type == 0:
-            continue
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in kind.shape.dim]
-        shape = tuple(dims) if kind.HasField("shape") and None not in dims else None
-        infos[value.name] = Info(np.dtype(helper.tensor_dtype_to_np_dtype(kind.elem_type)), shape)
-    for tensor in graph.initializer:
-        infos[tensor.name] = Info(np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)), tuple(tensor.dims))
-    return infos
-
-
-# -- the plan ---------------------------------------------------------------------------------------
-
-def _units(nodes: Sequence[onnx.NodeProto], names: Sequence[str], calls: Iterable[Any]) -> list[_Unit]:
-    index = {name: i for i, name in enumerate(names)}
-    units, covered = [], set()
-    for call in calls:
-        members = sorted(index[n] for n in call.nodes)
-        covered.update(members)
-        units.append(_Unit(members, list(call.inputs), list(call.outputs), kernel=call.kernel))
-    for i, node in enumerate(nodes):
-        if i not in covered:
-            units.append(_Unit([i], list(used_names(node)), [o for o in node.output if o]))
-    return units
-
-
-def _classify(unit: _Unit, nodes: Sequence[onnx.NodeProto], library: Library, held: Collection[str],
-              infos: dict[str, Info]) -> None:
-    """Where `unit` runs: on the library when it holds the unit's kernel from the same spec (`held`)."""
-    first = nodes[unit.nodes[0]]
-    single = len(unit.nodes) == 1
-    # a Dropout the import gave a kernel is one of inference, which passes its input through
-    passes_through = first.op_type in VIEWS or first.op_type == "Dropout" and unit.kernel is not None
-    if single and passes_through and first.input and _shape(infos, first.input[0]) is not None \
-            and _shape(infos, first.output[0]) is not None:
-        unit.kind, unit.inputs, unit.outputs = "view", [first.input[0]], [first.output[0]]
-    elif unit.kernel in held:
-        unit.kind = "library"
-        for name, array in zip(unit.inputs + unit.outputs, [*library.kernels[unit.kernel].inputs,
-                                                            *library.kernels[unit.kernel].outputs], strict=True):
-            infos[name] = Info(array.numpy_dtype, array.shape)
-    else:  # the nodes themselves, not the call: ONNX Runtime reads every input they name
-        members = [nodes[i] for i in unit.nodes]
-        made = {o for node in members for o in node.output}
-        unit.inputs = list(dict.fromkeys(n for node in members for n in used_names(node) if n not in made))
-        unit.outputs = [o for node in members for o in node.output if o]
-
-
-def _ordered(units: list[_Unit]) -> list[_Unit]:
-    """`units` in an order that runs the graph: each when its inputs exist, the earliest first."""
-    maker = {name: u for u, unit in enumerate(units) for name in unit.outputs}
-    after: list[set[int]] = [set() for _ in units]
-    waiting = [0] * len(units)
-    for u, unit in enumerate(units):
-        for source in {maker[n] for n in unit.inputs if n in maker} - {u}:
-            after[source].add(u)
-            waiting[u] += 1
-    ready = sorted((unit.nodes[0], u) for u, unit in enumerate(units) if not waiting[u])
-    order = []
-    while ready:
-        _, u = ready.pop(0)
-        order.append(units[u])
-        for v in after[u]:
-            waiting[v] -= 1
-            if not waiting[v]:
-                ready.append((units[v].nodes[0], v))
-                ready.sort()
-    if len(order) != len(units):
-        raise RunError("the graph's calls form a cycle")
-    return order
-
-
-def _needed(units: list[_Unit], outputs: Iterable[str]) -> list[_Unit]:
-    """The units that the graph's outputs need, in order."""
-    wanted, kept = set(outputs), []
-    for unit in reversed(units):
-        if wanted & set(unit.outputs):
-            wanted.update(unit.inputs)
-            kept.append(unit)
-    return kept[::-1]
-
-
-def _merged(units: list[_Unit], outputs: Iterable[str]) -> list[_Unit]:
-    """Consecutive units on ONNX Runtime joined into one session's graph (consecutive in a
-    topological order, no path leaves them and comes back), which gives out only the values that
-    later units or the graph's outputs read."""
-    merged: list[_Unit] = []
-    for unit in units:
-        if unit.kind == "onnxruntime" and merged and merged[-1].kind == "onnxruntime":
-            last = merged[-1]
-            last.nodes = sorted(last.nodes + unit.nodes)
-            last.inputs = list(dict.fromkeys([*last.inputs, *(n for n in unit.inputs if n not in last.outputs)]))
-            last.outputs = last.outputs + unit.outputs
-        else:
-            merged.append(_Unit(list(unit.nodes), list(unit.inputs), list(unit.outputs), unit.kind, unit.kernel))
-    read = set(outputs)
-    for unit in reversed(merged):
-        if unit.kind == "onnxruntime":
-            unit.outputs = [o for o in unit.outputs if o in read]
-        read.update(unit.inputs)
-    return merged
-
-
-def _dead_after(units: Sequence[_Unit], outputs: Iterable[str]) -> dict[int, list[str]]:
-    """For each position in `units`, the values that no later unit reads, nor the graph's outputs:
-    a value that a view reshapes is named by the value it views, and lives as long as the views."""
-    viewed: dict[str, str] = {}
-    for unit in units:
-        if unit.kind == "view":
-            viewed[unit.outputs[0]] = viewed.get(unit.inputs[0], unit.inputs[0])
-    last: dict[str, float] = {}
-    for position, unit in enumerate(units):
-        for name in (*unit.inputs, *unit.outputs):
-            last[viewed.get(name, name)] = position
-    for name in outputs:
-        last[viewed.get(name, name)] = math.inf
-    dead: dict[int, list[str]] = {}
-    for name, position in last.items():
-        if position != math.inf:
-            dead.setdefault(int(position), []).append(name)
-    return dead
-
-
-def sub_model(model: onnx.ModelProto, nodes: Sequence[onnx.NodeProto], inputs: Sequence[str], outputs: Sequence[str],
-              infos: Mapping[str, Info], constants: Mapping[str, np.ndarray]) -> onnx.ModelProto:
-    """A model of `nodes` alone: `inputs` become graph inputs, or initializers for `constants`."""
-    def value_info(name: str) -> onnx.ValueInfoProto:
-        info = infos.get(name)
-        if info is None:  # shape inference knows nothing of it: ONNX Runtime finds its type itself
-            return helper.make_empty_tensor_value_info(name)
-        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(info.dtype), info.shape)
-
-    made = {o for node in nodes for o in node.output}
-    known = [n for n in made if n in infos and n not in outputs]
-    graph = helper.make_graph(
-        list(nodes), "part", [value_info(n) for n in inputs if n not in constants], [value_info(n) for n in outputs],
-        [numpy_helper.from_array(np.asarray(constants[n]), n) for n in inputs if n in constants],
-        value_info=[value_info(n) for n in sorted(known)])
-    sub = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
-    sub.functions.extend(model.functions)
-    return sub
 
 
 # -- arrays -----------------------------------------------------------------------------------------
@@ -560,38 +384,5 @@ def all_cores() -> Iterator[None]:
         yield
     finally:
         os.sched_setaffinity(0, before)
-
-
-class _Pool:
-    """The buffers of a run's values. A value's buffer goes back to the pool once its last reader
-    has run, and a value made later takes the smallest that holds it, as ONNX Runtime's allocation
-    planner does: the run then writes into memory it touched a few steps before, still in cache,
-    instead of a buffer of its own that the other values have pushed out. The encoder layer's
-    steps, 16% slower one after the other than each alone with a buffer per value, run 8% faster
-    (the smallest buffer that fits did better than the one freed last)."""
-
-    def __init__(self) -> None:
-        self._free: list[np.ndarray] = []  # 64-byte aligned bytes
-        self.allocated = 0  # bytes, over every buffer made
-
-    def take(self, dtype: np.dtype, shape: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """A buffer (bytes) holding `shape` of `dtype`, and the array over its start."""
-        nbytes = math.prod(shape) * dtype.itemsize
-        fitting = [i for i, raw in enumerate(self._free) if raw.nbytes >= nbytes]
-        if fitting:
-            raw = self._free.pop(min(fitting, key=lambda i: self._free[i].nbytes))
-        else:
-            raw = aligned_empty(np.dtype(np.uint8), (max(nbytes, 1),))
-            self.allocated += raw.nbytes
-        return raw, raw[:nbytes].view(dtype).reshape(shape)
-
-    def give(self, raw: np.ndarray) -> None:
-        self._free.append(raw)
-
-
-def _aligned_copy(value: np.ndarray) -> np.ndarray:
-    copy = aligned_empty(value.dtype, value.shape)
-    copy[...] = value
-    return copy
 
 

@@ -18,7 +18,8 @@ from onnx import helper
 
 from examples.onnx_models import SMALL, conv_block, encoder_layer, upsample_block, with_topk
 from libgen.onnx.importer import import_model, write_import
-from libgen.onnx.run import VIEWS, ModelRunner, RunError, _dead_after, _Unit
+from libgen.onnx.plan import VIEWS, Unit, dead_after
+from libgen.onnx.run import ModelRunner, RunError
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -152,10 +153,10 @@ def test_resizes_around_a_convolution_run_on_the_library(tmp_path: Path) -> None
 
 
 def test_the_last_reader_of_a_value_or_of_its_views_frees_it() -> None:
-    units = [_Unit([0], ["x"], ["a"], "library"), _Unit([1], ["a"], ["a2"], "view"),
-             _Unit([2], ["a"], ["b"], "library"), _Unit([3], ["b"], ["c"], "library"),
-             _Unit([4], ["a2", "c"], ["y", "unread"], "library")]
-    assert _dead_after(units, ["y"]) == {0: ["x"], 3: ["b"], 4: ["a", "c", "unread"]}
+    units = [Unit([0], ["x"], ["a"], "library"), Unit([1], ["a"], ["a2"], "view"),
+             Unit([2], ["a"], ["b"], "library"), Unit([3], ["b"], ["c"], "library"),
+             Unit([4], ["a2", "c"], ["y", "unread"], "library")]
+    assert dead_after(units, ["y"]) == {0: ["x"], 3: ["b"], 4: ["a", "c", "unread"]}
 
 
 def test_values_of_data_dependent_shape_pass_between_onnxruntime_sessions(tmp_path: Path) -> None:
