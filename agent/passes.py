@@ -44,6 +44,7 @@ from dojo_ir.tree import DTYPE_BYTES, Access, Op, Scope
 from runner.roofline import measured_machine
 
 from . import methods
+from .blocking import cores_share, reduction_outside_columns
 
 STACK_BYTES = CAPACITY["stack"]
 STREAMED_LOAD_COST = 2  # a vector from the private cache against a broadcast from the first level
@@ -465,9 +466,13 @@ def _block(state: _State, label: str, target: Target) -> bool:
         if not _split_and_block_tail(state, label, depth, size, target):
             return False
         roles[depth: depth + 1] = [role + "o", role + "t"]
+    blocks = ("Jo", "Ko", "Io")
+    if "Jo" in roles and "Ko" in roles \
+            and reduction_outside_columns(chain[row].size, block, _op_bytes(state.program, op), target):
+        blocks = ("Ko", "Jo", "Io") if sharing == 1 else _share_columns(state, label, roles, target)
     tile = [x for x in ("It", "Jt", "L") if x in roles]
     wanted = [x for x in roles if x.startswith("s") and x not in inner]
-    wanted += [x for x in ("Jo", "Ko", "Io") if x in roles] + inner + tile
+    wanted += [x for x in blocks if x in roles] + inner + tile
     for position, role in enumerate(wanted):
         at = roles.index(role)
         for depth in range(at - 1, position - 1, -1):  # bubble it out to `position`
@@ -494,6 +499,18 @@ def _block(state: _State, label: str, target: Target) -> bool:
         for array in dict.fromkeys(r.array for r in lanes_read):
             _pack(state, array, rows_at, chain[rows_at].size, target)
     return True
+
+
+def _share_columns(state: _State, label: str, roles: list[str], target: Target) -> tuple[str, ...]:
+    """The order of the blocks when the blocks of the reduction go outside the column blocks and the
+    cores share the column blocks: each core's share a loop inside one of the cores (`cores_share`),
+    split from the column blocks; the column blocks outermost when that split is not to be had."""
+    depth = roles.index("Jo")
+    share = cores_share(state.analysis.by_label[label].chain[depth].size, target.cores)
+    if share is None or not state.play(f"split_scope(op={label}, depth={depth}, factor={share})"):
+        return ("Jo", "Ko", "Io")
+    roles[depth: depth + 1] = ["Jc", "Jo"]
+    return ("Jc", "Ko", "Jo", "Io")
 
 
 def _live_registers(rows: int, vectors: int, per_vector: int) -> int:
