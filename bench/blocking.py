@@ -7,7 +7,7 @@ keeps every block size and tile), against PyTorch, paired by round.
     python bench/blocking.py --kernels matmul --rounds 15 --threads 2
 
 Each round times both schedules (the runner's harness: fresh inputs before every repetition, 20
-repetitions, the runner's `bench.lock` held) and torch (libgen/peers: at least 0.5 s of calls), in an
+repetitions, the runner's `bench.lock` held) and torch (libgen/peers in a forked child: at least 0.5 s of calls), in an
 order that alternates from round to round. Per schedule: the median of the rounds' medians, the least
 time, and its time over torch's of the same round (median and range). Only the kernels whose schedule
 the order changes are worth timing: the others are the same program twice. Writes its section of
@@ -30,20 +30,23 @@ sys.path.insert(0, str(ROOT))
 
 from bench.sections import bind_openmp_threads, machine, write_section  # noqa: E402
 
+CPUS = os.sched_getaffinity(0)  # before an OpenMP runtime binds this process to its first core
 bind_openmp_threads()
 
 from agent.passes import heuristic  # noqa: E402
+from bench.library import run_peer  # noqa: E402
 from codegen import generate, get_target  # noqa: E402
 from codegen.build import build  # noqa: E402
 from codegen.targets import Target  # noqa: E402
 from dojo_ir import load, random_inputs  # noqa: E402
 from dojo_ir.derivation import advance  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
-from libgen.peers import evaluate, machine_lock, torch_peer  # noqa: E402
+from libgen.peers import machine_lock, torch_peer  # noqa: E402
 from runner.verify import encode  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 REPEATS = 20
+TORCH_TIMEOUT_S = 120
 COLUMNS_OUTERMOST = "column blocks outermost"
 REDUCTION_OUTSIDE = "k blocks outside (this machine's cache)"
 
@@ -63,8 +66,11 @@ def harness_times(binary: Path, data: Path, threads: int, seed: int) -> list[flo
 
 
 def torch_times(kernel: str, inputs: dict, threads: int) -> tuple[float, float]:
-    torch_peer.THREADS = threads
-    outcome = evaluate("torch", kernel, dict(KERNELS[kernel].params), inputs, None, lock=machine_lock)
+    """torch in a forked child (`bench.library.run_peer`): its OpenMP threads, which wait spinning on
+    their cores for a while after each call, end with it instead of taking a core from the next
+    binary timed."""
+    torch_peer.THREADS = threads  # read by the child, which `prepare`s after the fork
+    outcome = run_peer("torch", kernel, dict(KERNELS[kernel].params), inputs, None, TORCH_TIMEOUT_S, {})
     if not outcome.ok:
         raise SystemExit(f"torch failed on {kernel}: {outcome.failure}")
     return outcome.median_s, outcome.min_s
@@ -100,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     args = parser.parse_args(argv)
+    os.sched_setaffinity(0, CPUS)  # torch's OpenMP bound this thread to one core, and the binaries inherit it
     rows = []
     with tempfile.TemporaryDirectory() as directory:
         for kernel in args.kernels:
