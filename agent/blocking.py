@@ -23,11 +23,11 @@ from __future__ import annotations
 from codegen.targets import Target
 
 
-def reduction_outside_columns(rows: int, block: int, dtype_bytes: int, target: Target) -> bool:
+def reduction_outside_columns(slice_bytes: int, target: Target) -> bool:
     """Whether the blocks of the reduction go outside the column blocks: the slice of the broadcast
-    operand that one block of the reduction reads over `rows` rows (`block` steps each) fits in
-    half of a core's private cache."""
-    return rows * block * dtype_bytes <= target.caches.private // 2
+    operand that one block of the reduction reads over all the rows (`slice_bytes`) fits in half
+    of a core's private cache."""
+    return slice_bytes <= target.caches.private // 2
 
 
 def cores_share(column_blocks: int, cores: int) -> int | None:

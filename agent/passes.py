@@ -16,10 +16,11 @@ The three strategies of the paper's section 4.1:
   of vector accumulators that fits the registers (which also hides the latency of the
   dependent updates as section 4.1's tiling does), tails where the tile does not divide,
   blocks of the reduction whose panel of the streamed operand fits the private cache, and that
-  panel packed; fuses and reuses (a temporary keeps the row that fused operations share, so
-  that they can be split apart again and each vectorised), accumulates the other reductions in
-  registers (`accumulate`), vectorises the innermost scopes, and parallelises the outermost
-  parallel scope.
+  panel packed, the blocks of the reduction outside the column blocks when the slice of the
+  other operand that they read fits the private cache too (`agent.blocking`); fuses and reuses
+  (a temporary keeps the row that fused operations share, so that they can be split apart again
+  and each vectorised), accumulates the other reductions in registers (`accumulate`),
+  vectorises the innermost scopes, and parallelises the outermost parallel scope.
 
 Each pass returns move strings, which `dojo_ir.derivation.advance` or a recorded derivation
 replays. A pass only ever plays moves that are legal where it plays them and skips a step that
@@ -400,7 +401,8 @@ def _register_block(state: _State, target: Target) -> None:
     updated by every step of the reduction, kept in registers by `accumulate` (or its partial
     form, when blocks of K outside the rows write the target first), a reduction cut into
     blocks (`reduction_block`) so that a block's panel of the streamed operand stays in cache
-    while every row block uses it, and that panel packed (`_pack`). Section 4.1's
+    while every row block uses it, and that panel packed (`_pack`); [K/KB] outside [J/W] when the
+    private cache holds what a block of K reads of the rows' operand (`_order_blocks`). Section 4.1's
     latency-hiding tiling is the case R = W = 4: R x W independent accumulators keep the
     multiply-add pipeline full. A side of the tile, or
     of the vectors, that does not divide its scope leaves a tail (`split_scope`), blocked in
@@ -466,10 +468,8 @@ def _block(state: _State, label: str, target: Target) -> bool:
         if not _split_and_block_tail(state, label, depth, size, target):
             return False
         roles[depth: depth + 1] = [role + "o", role + "t"]
-    blocks = ("Jo", "Ko", "Io")
-    if "Jo" in roles and "Ko" in roles \
-            and reduction_outside_columns(chain[row].size, block, _op_bytes(state.program, op), target):
-        blocks = ("Ko", "Jo", "Io") if sharing == 1 else _share_columns(state, label, roles, target)
+    blocks = _order_blocks(state, label, roles, chain[row].size * block * _op_bytes(state.program, op),
+                           sharing > 1, target)
     tile = [x for x in ("It", "Jt", "L") if x in roles]
     wanted = [x for x in roles if x.startswith("s") and x not in inner]
     wanted += [x for x in blocks if x in roles] + inner + tile
@@ -501,10 +501,18 @@ def _block(state: _State, label: str, target: Target) -> bool:
     return True
 
 
-def _share_columns(state: _State, label: str, roles: list[str], target: Target) -> tuple[str, ...]:
-    """The order of the blocks when the blocks of the reduction go outside the column blocks and the
-    cores share the column blocks: each core's share a loop inside one of the cores (`cores_share`),
-    split from the column blocks; the column blocks outermost when that split is not to be had."""
+def _order_blocks(state: _State, label: str, roles: list[str], slice_bytes: int, shared: bool,
+                  target: Target) -> tuple[str, ...]:
+    """The order of a blocked reduction's loops of blocks (`agent.blocking`): the column blocks
+    outermost, unless the blocks of the reduction have column blocks to go outside and the slice of
+    the broadcast operand that one of them reads (`slice_bytes`) fits the private cache. Then, when
+    the cores share the column blocks, each core's share is a loop inside one of the cores
+    (`cores_share`), split from the column blocks, and the column blocks stay outermost when that
+    split is not to be had."""
+    if "Jo" not in roles or "Ko" not in roles or not reduction_outside_columns(slice_bytes, target):
+        return ("Jo", "Ko", "Io")
+    if not shared:
+        return ("Ko", "Jo", "Io")
     depth = roles.index("Jo")
     share = cores_share(state.analysis.by_label[label].chain[depth].size, target.cores)
     if share is None or not state.play(f"split_scope(op={label}, depth={depth}, factor={share})"):

@@ -30,7 +30,7 @@ AVX512 = replace(get_target("native"), vector_bytes=64, vector_registers=32, cor
 def test_the_reductions_blocks_go_outside_when_the_slice_fits_half_the_private_cache(rows, block, private,
                                                                                     outside) -> None:
     target = replace(AVX512, caches=Caches(private=private))
-    assert reduction_outside_columns(rows, block, 4, target) is outside
+    assert reduction_outside_columns(rows * block * 4, target) is outside
 
 
 @given(st.integers(1, 64), st.integers(1, 8))
