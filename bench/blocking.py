@@ -124,6 +124,10 @@ def report(rows: list[tuple[str, int, dict[str, tuple[list, list]]]], rounds: in
              f"medians ({REPEATS} repetitions each), the least time, and its time over torch's in the same round "
              "(median and range; below 1 PerfDojo is faster).", "",
              "| kernel | threads | schedule | median | least | over torch, paired |", "|---|---|---|---|---|---|"]
+    target = get_target("native")
+    changed = [k for k in sorted(KERNELS) if len({tuple(m) for m in schedules(k, target).values()}) > 1]
+    lines[4:4] = [f"The library kernels whose heuristic schedule the order changes on this machine: "
+                  f"{', '.join(changed)}; every other kernel's is the same program either way.", ""]
     for kernel, threads, times in rows:
         torch_medians, torch_least = times["torch"]
         lines.append(f"| {kernel} | {threads} | torch | {statistics.median(torch_medians) * 1e3:.2f} ms | "
