@@ -13,9 +13,11 @@ once more per block of the reduction. So the blocks of the reduction go outside 
 the half of the private cache that `reduction_block` leaves beside the panel; measured on the Xeon
 (2 MiB L2, matmul 768x1024x1024, one core, bench/results/blocking.md).
 
-With several cores, the column blocks are what they share (`tile_shape`'s `cores`); one loop of each
-core's share of them outermost keeps one parallel region, where the column blocks inside the
-reduction's blocks would start and join the threads at every block of the reduction.
+That slice is packed too, as BLIS packs both operands: copied once per block of the reduction into a
+heap temporary that every thread reads (the column blocks inside are what the threads share), its rows
+a block apart where the operand's lie a whole row apart (a power of two for the library's shapes, so
+the rows of a register tile's broadcasts fall into one cache set). On the Xeon, one core: matmul
+11.90 -> 11.04 ms (the order) -> 9.55 ms (and the slice packed), least of 9 rounds; torch 11.57.
 """
 
 from __future__ import annotations
@@ -29,11 +31,3 @@ def reduction_outside_columns(slice_bytes: int, target: Target) -> bool:
     of a core's private cache."""
     return slice_bytes <= target.caches.private // 2
 
-
-def cores_share(column_blocks: int, cores: int) -> int | None:
-    """The column blocks in each core's share, so that the shares form a loop of `cores`
-    iterations outside the blocks of the reduction; None when they do not share out evenly or a
-    share would be a single block (then the column blocks themselves are the cores' loop)."""
-    if cores < 2 or column_blocks % cores or column_blocks // cores < 2:
-        return None
-    return column_blocks // cores

@@ -45,7 +45,7 @@ from dojo_ir.tree import DTYPE_BYTES, Access, Op, Scope
 from runner.roofline import measured_machine
 
 from . import methods
-from .blocking import cores_share, reduction_outside_columns
+from .blocking import reduction_outside_columns
 
 STACK_BYTES = CAPACITY["stack"]
 STREAMED_LOAD_COST = 2  # a vector from the private cache against a broadcast from the first level
@@ -401,10 +401,10 @@ def _register_block(state: _State, target: Target) -> None:
     updated by every step of the reduction, kept in registers by `accumulate` (or its partial
     form, when blocks of K outside the rows write the target first), a reduction cut into
     blocks (`reduction_block`) so that a block's panel of the streamed operand stays in cache
-    while every row block uses it, and that panel packed (`_pack`); [K/KB] outside [J/W] when the
-    private cache holds what a block of K reads of the rows' operand (`_order_blocks`). Section 4.1's
-    latency-hiding tiling is the case R = W = 4: R x W independent accumulators keep the
-    multiply-add pipeline full. A side of the tile, or
+    while every row block uses it, and that panel packed (`_pack`); [K/KB] outside [J/W], and
+    the slice of the rows' operand that a block of K reads packed, when the private cache holds
+    that slice (`agent.blocking`). Section 4.1's latency-hiding tiling is the case R = W = 4:
+    R x W independent accumulators keep the multiply-add pipeline full. A side of the tile, or
     of the vectors, that does not divide its scope leaves a tail (`split_scope`), blocked in
     turn with a tile that fits it. All or nothing per operation. The last operation first: a
     tail comes after its operation and renames the ones after it, which are then done."""
@@ -468,8 +468,10 @@ def _block(state: _State, label: str, target: Target) -> bool:
         if not _split_and_block_tail(state, label, depth, size, target):
             return False
         roles[depth: depth + 1] = [role + "o", role + "t"]
-    blocks = _order_blocks(state, label, roles, chain[row].size * block * _op_bytes(state.program, op),
-                           sharing > 1, target)
+    blocks = ("Jo", "Ko", "Io")
+    if "Jo" in roles and "Ko" in roles \
+            and reduction_outside_columns(chain[row].size * block * _op_bytes(state.program, op), target):
+        blocks = ("Ko", "Jo", "Io")
     tile = [x for x in ("It", "Jt", "L") if x in roles]
     wanted = [x for x in roles if x.startswith("s") and x not in inner]
     wanted += [x for x in blocks if x in roles] + inner + tile
@@ -498,27 +500,11 @@ def _block(state: _State, label: str, target: Target) -> bool:
     if rows_at > 0 and chain[rows_at].size > 1:  # a panel reused by row blocks, and only part of the operand
         for array in dict.fromkeys(r.array for r in lanes_read):
             _pack(state, array, rows_at, chain[rows_at].size, target)
+    if blocks[0] == "Ko" and not any(size > 1 for size in outer):  # no thread runs outside the blocks of K
+        columns_at = roles.index("Jo")
+        for array in dict.fromkeys(r.array for r in broadcast):
+            _pack(state, array, columns_at, chain[columns_at].size, target, shared=True)
     return True
-
-
-def _order_blocks(state: _State, label: str, roles: list[str], slice_bytes: int, shared: bool,
-                  target: Target) -> tuple[str, ...]:
-    """The order of a blocked reduction's loops of blocks (`agent.blocking`): the column blocks
-    outermost, unless the blocks of the reduction have column blocks to go outside and the slice of
-    the broadcast operand that one of them reads (`slice_bytes`) fits the private cache. Then, when
-    the cores share the column blocks, each core's share is a loop inside one of the cores
-    (`cores_share`), split from the column blocks, and the column blocks stay outermost when that
-    split is not to be had."""
-    if "Jo" not in roles or "Ko" not in roles or not reduction_outside_columns(slice_bytes, target):
-        return ("Jo", "Ko", "Io")
-    if not shared:
-        return ("Ko", "Jo", "Io")
-    depth = roles.index("Jo")
-    share = cores_share(state.analysis.by_label[label].chain[depth].size, target.cores)
-    if share is None or not state.play(f"split_scope(op={label}, depth={depth}, factor={share})"):
-        return ("Jo", "Ko", "Io")
-    roles[depth: depth + 1] = ["Jc", "Jo"]
-    return ("Jc", "Ko", "Jo", "Io")
 
 
 def _live_registers(rows: int, vectors: int, per_vector: int) -> int:
@@ -539,13 +525,15 @@ def reduction_block(steps: int, panel_row_bytes: int, target: Target) -> int:
     return max(_divisors(steps, max(1, fits)))
 
 
-def _pack(state: _State, array: str, depth: int, rows: int, target: Target) -> None:
+def _pack(state: _State, array: str, depth: int, rows: int, target: Target, shared: bool = False) -> None:
     """Pack the panel of `array` that a blocked reduction's scope of `rows` row blocks, at `depth`,
     reads (`stage_reads`) into a contiguous temporary on each thread's stack, copied with
     vectors: the rows of a matrix's panel lie a whole matrix row apart, a power of two for the
     library's shapes, so they fall into the same few cache sets and evict each other; packed,
     they are one stream. Left as it was when the panel is whole rows of the operand (nothing to
-    gain) or does not fit the stack (then it stays in the private cache unpacked)."""
+    gain) or does not fit the stack (then it stays in the private cache unpacked). A `shared` slice,
+    copied before a scope of blocks that the threads share and read by all of them, stays on the
+    heap, whatever its size."""
     site = next((s for s in _sites(state) if s.op.reduction is not None and len(s.chain) > depth
                  and s.chain[depth].size == rows and any(r.array == array for r in s.op.reads)), None)
     if site is None:
@@ -556,7 +544,7 @@ def _pack(state: _State, array: str, depth: int, rows: int, target: Target) -> N
         packed = next(b for b in state.program.buffers if b.name not in names)
         copy = next(s.label for s in _sites(state) if s.op.target.array == packed.name)
         narrower = packed.dims[-1].size < state.program.buffer_of[array].dims[-1].size  # else the same rows
-        if narrower and state.play(f"set_location(buffer={packed.name}, location=stack)") \
+        if narrower and (shared or state.play(f"set_location(buffer={packed.name}, location=stack)")) \
                 and _vectorize_innermost(state, copy, target) is not None:
             return
     state.undo(mark)
