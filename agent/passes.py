@@ -496,15 +496,23 @@ def _block(state: _State, label: str, target: Target) -> bool:
         mark = state.mark()
         if not _fuse_init(state, root, target_before, roles, chain, target):
             state.undo(mark)
+    # a slice on the heap is shared: only when no thread runs outside the blocks of K
+    slices = broadcast if blocks[0] == "Ko" and not any(size > 1 for size in outer) else []
+    _pack_operands(state, roles, chain, lanes_read, slices, target)
+    return True
+
+
+def _pack_operands(state: _State, roles: list[str], chain: tuple[Scope, ...], panels: list[Access],
+                   slices: list[Access], target: Target) -> None:
+    """Pack the panels of the streamed operand (`panels`) that the row blocks reuse, and the slices
+    of the broadcast operand (`slices`) that the column blocks inside the blocks of K reuse."""
     rows_at = roles.index("Io") if "Io" in roles else 0
     if rows_at > 0 and chain[rows_at].size > 1:  # a panel reused by row blocks, and only part of the operand
-        for array in dict.fromkeys(r.array for r in lanes_read):
+        for array in dict.fromkeys(r.array for r in panels):
             _pack(state, array, rows_at, chain[rows_at].size, target)
-    if blocks[0] == "Ko" and not any(size > 1 for size in outer):  # no thread runs outside the blocks of K
-        columns_at = roles.index("Jo")
-        for array in dict.fromkeys(r.array for r in broadcast):
-            _pack(state, array, columns_at, chain[columns_at].size, target, shared=True)
-    return True
+    columns_at = roles.index("Jo") if "Jo" in roles else 0
+    for array in dict.fromkeys(r.array for r in slices):
+        _pack(state, array, columns_at, chain[columns_at].size, target, shared=True)
 
 
 def _live_registers(rows: int, vectors: int, per_vector: int) -> int:

@@ -1,7 +1,7 @@
 """The heuristic pass's register-blocked kernels with the blocks of the reduction outside the column
-blocks (agent/blocking.py, chosen from this machine's private cache) and with the column blocks
-outermost (the order before it: the same pass for this machine with a 128 KiB private cache, which
-keeps every block size and tile), against PyTorch, paired by round.
+blocks and the broadcast operand's slice packed (agent/blocking.py, chosen from this machine's private
+cache) and with the column blocks outermost (the order before it: the same pass for this machine
+with a 128 KiB private cache, which keeps every block size and tile), against PyTorch, paired by round.
 
     python bench/blocking.py                         # matmul and swiglu, 9 alternating rounds, 1 and 2 threads
     python bench/blocking.py --kernels matmul --rounds 15 --threads 2
@@ -48,7 +48,7 @@ RESULTS = ROOT / "bench" / "results"
 REPEATS = 20
 TORCH_TIMEOUT_S = 120
 COLUMNS_OUTERMOST = "column blocks outermost"
-REDUCTION_OUTSIDE = "k blocks outside (this machine's cache)"
+REDUCTION_OUTSIDE = "k blocks outside, a's slice packed (this machine's cache)"
 
 
 def schedules(kernel: str, target: Target) -> dict[str, list[str]]:
