@@ -16,8 +16,9 @@ the half of the private cache that `reduction_block` leaves beside the panel; me
 That slice is packed too, as BLIS packs both operands: copied once per block of the reduction into a
 heap temporary that every thread reads (the column blocks inside are what the threads share), its rows
 a block apart where the operand's lie a whole row apart (a power of two for the library's shapes, so
-the rows of a register tile's broadcasts fall into one cache set). On the Xeon, one core: matmul
-11.90 -> 11.04 ms (the order) -> 9.55 ms (and the slice packed), least of 9 rounds; torch 11.57.
+the rows of a register tile's broadcasts fall into one cache set). On the Xeon, matmul's least time
+over 9 rounds: 11.46 -> 10.88 ms on one core (torch 9.69), 6.37 -> 6.05 ms on two (torch 5.07),
+bench/results/blocking.md.
 """
 
 from __future__ import annotations
