@@ -16,10 +16,11 @@ The three strategies of the paper's section 4.1:
   of vector accumulators that fits the registers (which also hides the latency of the
   dependent updates as section 4.1's tiling does), tails where the tile does not divide,
   blocks of the reduction whose panel of the streamed operand fits the private cache, and that
-  panel packed; fuses and reuses (a temporary keeps the row that fused operations share, so
-  that they can be split apart again and each vectorised), accumulates the other reductions in
-  registers (`accumulate`), vectorises the innermost scopes, and parallelises the outermost
-  parallel scope.
+  panel packed, the blocks of the reduction outside the column blocks when the slice of the
+  other operand that they read fits the private cache too (`agent.blocking`); fuses and reuses
+  (a temporary keeps the row that fused operations share, so that they can be split apart again
+  and each vectorised), accumulates the other reductions in registers (`accumulate`),
+  vectorises the innermost scopes, and parallelises the outermost parallel scope.
 
 Each pass returns move strings, which `dojo_ir.derivation.advance` or a recorded derivation
 replays. A pass only ever plays moves that are legal where it plays them and skips a step that
@@ -44,6 +45,7 @@ from dojo_ir.tree import DTYPE_BYTES, Access, Op, Scope
 from runner.roofline import measured_machine
 
 from . import methods
+from .blocking import reduction_outside_columns
 
 STACK_BYTES = CAPACITY["stack"]
 STREAMED_LOAD_COST = 2  # a vector from the private cache against a broadcast from the first level
@@ -399,9 +401,10 @@ def _register_block(state: _State, target: Target) -> None:
     updated by every step of the reduction, kept in registers by `accumulate` (or its partial
     form, when blocks of K outside the rows write the target first), a reduction cut into
     blocks (`reduction_block`) so that a block's panel of the streamed operand stays in cache
-    while every row block uses it, and that panel packed (`_pack`). Section 4.1's
-    latency-hiding tiling is the case R = W = 4: R x W independent accumulators keep the
-    multiply-add pipeline full. A side of the tile, or
+    while every row block uses it, and that panel packed (`_pack`); [K/KB] outside [J/W], and
+    the slice of the rows' operand that a block of K reads packed, when the private cache holds
+    that slice (`agent.blocking`). Section 4.1's latency-hiding tiling is the case R = W = 4:
+    R x W independent accumulators keep the multiply-add pipeline full. A side of the tile, or
     of the vectors, that does not divide its scope leaves a tail (`split_scope`), blocked in
     turn with a tile that fits it. All or nothing per operation. The last operation first: a
     tail comes after its operation and renames the ones after it, which are then done."""
@@ -465,9 +468,13 @@ def _block(state: _State, label: str, target: Target) -> bool:
         if not _split_and_block_tail(state, label, depth, size, target):
             return False
         roles[depth: depth + 1] = [role + "o", role + "t"]
+    blocks = ("Jo", "Ko", "Io")
+    if "Jo" in roles and "Ko" in roles \
+            and reduction_outside_columns(chain[row].size * block * _op_bytes(state.program, op), target):
+        blocks = ("Ko", "Jo", "Io")
     tile = [x for x in ("It", "Jt", "L") if x in roles]
     wanted = [x for x in roles if x.startswith("s") and x not in inner]
-    wanted += [x for x in ("Jo", "Ko", "Io") if x in roles] + inner + tile
+    wanted += [x for x in blocks if x in roles] + inner + tile
     for position, role in enumerate(wanted):
         at = roles.index(role)
         for depth in range(at - 1, position - 1, -1):  # bubble it out to `position`
@@ -489,11 +496,23 @@ def _block(state: _State, label: str, target: Target) -> bool:
         mark = state.mark()
         if not _fuse_init(state, root, target_before, roles, chain, target):
             state.undo(mark)
+    # a slice on the heap is shared: only when no thread runs outside the blocks of K
+    slices = broadcast if blocks[0] == "Ko" and not any(size > 1 for size in outer) else []
+    _pack_operands(state, roles, chain, lanes_read, slices, target)
+    return True
+
+
+def _pack_operands(state: _State, roles: list[str], chain: tuple[Scope, ...], panels: list[Access],
+                   slices: list[Access], target: Target) -> None:
+    """Pack the panels of the streamed operand (`panels`) that the row blocks reuse, and the slices
+    of the broadcast operand (`slices`) that the column blocks inside the blocks of K reuse."""
     rows_at = roles.index("Io") if "Io" in roles else 0
     if rows_at > 0 and chain[rows_at].size > 1:  # a panel reused by row blocks, and only part of the operand
-        for array in dict.fromkeys(r.array for r in lanes_read):
+        for array in dict.fromkeys(r.array for r in panels):
             _pack(state, array, rows_at, chain[rows_at].size, target)
-    return True
+    columns_at = roles.index("Jo") if "Jo" in roles else 0
+    for array in dict.fromkeys(r.array for r in slices):
+        _pack(state, array, columns_at, chain[columns_at].size, target, shared=True)
 
 
 def _live_registers(rows: int, vectors: int, per_vector: int) -> int:
@@ -514,13 +533,15 @@ def reduction_block(steps: int, panel_row_bytes: int, target: Target) -> int:
     return max(_divisors(steps, max(1, fits)))
 
 
-def _pack(state: _State, array: str, depth: int, rows: int, target: Target) -> None:
+def _pack(state: _State, array: str, depth: int, rows: int, target: Target, shared: bool = False) -> None:
     """Pack the panel of `array` that a blocked reduction's scope of `rows` row blocks, at `depth`,
     reads (`stage_reads`) into a contiguous temporary on each thread's stack, copied with
     vectors: the rows of a matrix's panel lie a whole matrix row apart, a power of two for the
     library's shapes, so they fall into the same few cache sets and evict each other; packed,
     they are one stream. Left as it was when the panel is whole rows of the operand (nothing to
-    gain) or does not fit the stack (then it stays in the private cache unpacked)."""
+    gain) or does not fit the stack (then it stays in the private cache unpacked). A `shared` slice,
+    copied before a scope of blocks that the threads share and read by all of them, stays on the
+    heap, whatever its size."""
     site = next((s for s in _sites(state) if s.op.reduction is not None and len(s.chain) > depth
                  and s.chain[depth].size == rows and any(r.array == array for r in s.op.reads)), None)
     if site is None:
@@ -531,7 +552,7 @@ def _pack(state: _State, array: str, depth: int, rows: int, target: Target) -> N
         packed = next(b for b in state.program.buffers if b.name not in names)
         copy = next(s.label for s in _sites(state) if s.op.target.array == packed.name)
         narrower = packed.dims[-1].size < state.program.buffer_of[array].dims[-1].size  # else the same rows
-        if narrower and state.play(f"set_location(buffer={packed.name}, location=stack)") \
+        if narrower and (shared or state.play(f"set_location(buffer={packed.name}, location=stack)")) \
                 and _vectorize_innermost(state, copy, target) is not None:
             return
     state.undo(mark)

@@ -135,7 +135,9 @@ def test_a_register_tile_shares_its_column_blocks_evenly_over_the_cores() -> Non
 def test_heuristic_blocks_matmul_for_registers_and_cache() -> None:
     """matmul: a 6 x 4-vector tile of accumulators inside blocks of k, each block of b packed
     and reused by every row block; the blocks of k write c first, so the accumulator adds to
-    it. Blocks of 256 steps of 4 vectors (64 KiB) fill half of a 128 KiB private cache."""
+    it. Blocks of 256 steps of 4 vectors (64 KiB) fill half of a 128 KiB private cache; a's
+    slice of a block (24 KiB) fits the other half, so the blocks of k go outside the column
+    blocks and pack it (tests/test_blocking.py)."""
     spec = load(KERNELS["matmul"].text(m=24, k=512, n=128))
     target = replace(CPU, vector_bytes=64, vector_registers=32, cores=2, caches=Caches(private=128 << 10))
     moves = heuristic(spec, target)
@@ -143,8 +145,9 @@ def test_heuristic_blocks_matmul_for_registers_and_cache() -> None:
     text = to_text(program)
     assert "accumulate_partial(op=c#2, depth=3)" in moves
     assert "256 6:u 4:u 16:v c_acc[" in text  # the reduction block around the register tile
-    assert "2:p 2 256 4 16:v b_s[" in text  # column blocks on the cores, k blocks: b's panel packed
-    assert "|   | 4 6:u 4:u 16:v c_acc[" in text  # then the row blocks
+    assert "\n2 24:p 16 16:v a_s[" in text  # k blocks, a's slice packed
+    assert "| 2:p 256 4 16:v b_s[" in text  # column blocks on the cores: b's panel packed
+    assert "| |   4 6:u 4:u 16:v c_acc[" in text  # then the row blocks
     _check(spec, moves)
 
 
