@@ -14,7 +14,7 @@ The directory, when done:
 
 Every file is written atomically. Resuming: a kernel whose record has the same spec hash, target,
 method, budget, graph and seed (and derived-file moves) is not tuned again; otherwise its search
-resumes from its log when the log is of the same starting program (`tune(resume=True)`, which
+resumes from its log when the log is of the same starting program (`KernelTuneOptions.resume`, which
 retraces the search through the logged evaluations at no cost), else starts afresh. A kernel's
 record is written only when its tuning finished, so an interrupted build (Ctrl-C, `should_stop`,
 a crash) leaves the finished kernels and every logged evaluation, and running it again goes on.
@@ -35,7 +35,7 @@ from typing import Any
 
 from agent.evaluate import read_log, replay_moves, text_hash
 from agent.methods import GRAPH, METHODS, SEARCHES
-from agent.tune import TuneProgress, tune
+from agent.tune import KernelTuneOptions, TuneProgress, tune
 from codegen.targets import get_target
 from dojo_ir import Program, to_text
 from runner.files import write_atomically
@@ -143,10 +143,11 @@ class TuningPlan:
             emit(BuildEvent(spec.name, "progress", f"{spec.name}: {p.evaluations}/{p.budget} evaluations, "
                             f"best {format_time(p.best_s)}{speedup}", p.evaluations))
 
-        result = tune(spec.program, self.method, self.budget, spec_path=f"{spec.name}.spec.dojo",
-                      graph=self.graph or GRAPH, target=self.target, runner=runner, time_limit_s=self.time_limit_s,
-                      log=log, resume=resume, seed=self.seed, on_progress=progress, should_stop=stop,
-                      prefix=spec.prefix, final_min_time_s=self.min_time_s, checkpoint=self.checkpoint)
+        options = KernelTuneOptions(self.method, self.budget, graph=self.graph or GRAPH, target=self.target,
+                                    seed=self.seed, time_limit_s=self.time_limit_s, resume=resume,
+                                    final_min_time_s=self.min_time_s, checkpoint=self.checkpoint)
+        result = tune(spec.program, options, spec_path=f"{spec.name}.spec.dojo", prefix=spec.prefix, log=log,
+                      runner=runner, on_progress=progress, should_stop=stop)
         if result.stopped_early:
             raise _Stopped(spec.name)
         write_atomically(directory / f"{spec.name}.dojo", to_text(result.program).encode())
