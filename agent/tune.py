@@ -1,6 +1,6 @@
 """`tune`: the one entry point to the passes and the searches, for the CLI and the editor.
 
-    result = tune(spec, "sa", 50, spec_path="softmax.dojo", log=Path("out.dojo.jsonl"))
+    result = tune(spec, KernelTuneOptions("sa", 50), spec_path="softmax.dojo", log=Path("out.dojo.jsonl"))
     result.program      # the best program, its derivation recorded from `spec_path`
     result.time_s       # its time, measured again for at least `final_min_time_s`
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codegen.targets import get_target
+from codegen.targets import Target, get_target
 from dojo_ir import Program
 from dojo_ir.derivation import record
 from dojo_ir.paths import without_comments
@@ -95,25 +95,43 @@ def _finite(x: float) -> float | None:
     return None if math.isinf(x) else x
 
 
-def tune(spec: Program, method: str, budget: int, *, spec_path: str, graph: str = GRAPH,
-         target: str = "native", runner: Runner | None = None, time_limit_s: float | None = None,
-         log: Path | None = None, resume: bool = False, seed: int = 0,
-         on_progress: Callable[[TuneProgress], None] | None = None,
-         should_stop: Callable[[], bool] | None = None, prefix: Sequence[str] = (),
-         repeats: int = 3, finalists: int = FINALISTS, final_min_time_s: float = 1.0,
-         checkpoint: Path | None = None) -> TuneResult:
-    """Optimise `spec` with `method` (naive, greedy, heuristic, random, sa or agent) within
-    `budget` evaluations; see the module's docstring. `prefix` are moves already played from the
-    spec (a derived file's): the search starts after them and the result's moves begin with them."""
-    if method not in methods.METHODS:
-        raise ValueError(f"unknown method `{method}`; expected one of {', '.join(methods.METHODS)}")
-    if method == AGENT and checkpoint is None:
-        from .perfllm.checkpoint import SHIPPED
+@dataclass(frozen=True)
+class KernelTuneOptions:
+    """The settings of one kernel's tuning: `method` (naive, greedy, heuristic, random, sa or
+    agent) within `budget` evaluations, timed for `target`. A search walks `graph` from `seed`
+    and stops at `time_limit_s`; the agent searches with the one trained in `checkpoint` (None:
+    the shipped one). `resume` retraces the evaluations the log holds before going on. Each
+    evaluation takes `repeats` runs; the best `finalists` are measured again for at least
+    `final_min_time_s` each. Raises ValueError for an unknown method or a negative budget."""
 
-        checkpoint = SHIPPED
-    if budget < 0:
-        raise ValueError(f"the budget must be at least 0, not {budget}")
-    facts = get_target(target)
+    method: str
+    budget: int
+    graph: str = GRAPH
+    target: str = "native"
+    seed: int = 0
+    time_limit_s: float | None = None
+    resume: bool = False
+    repeats: int = 3
+    finalists: int = FINALISTS
+    final_min_time_s: float = 1.0
+    checkpoint: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in methods.METHODS:
+            raise ValueError(f"unknown method `{self.method}`; expected one of {', '.join(methods.METHODS)}")
+        if self.budget < 0:
+            raise ValueError(f"the budget must be at least 0, not {self.budget}")
+
+
+def tune(spec: Program, options: KernelTuneOptions, *, spec_path: str, prefix: Sequence[str] = (),
+         log: Path | None = None, runner: Runner | None = None,
+         on_progress: Callable[[TuneProgress], None] | None = None,
+         should_stop: Callable[[], bool] | None = None) -> TuneResult:
+    """Tune `spec` as `options` say; see the module's docstring. `prefix` are moves already played
+    from the spec (a derived file's): the search starts after them and the result's moves begin
+    with them. Every evaluation goes to `log` when given."""
+    method = options.method
+    facts = get_target(options.target)
     if runner is None:
         from runner.local import LocalRunner
 
@@ -126,69 +144,92 @@ def tune(spec: Program, method: str, budget: int, *, spec_path: str, graph: str 
             stopped_by_user = True
         return stopped_by_user
 
-    evaluator = Evaluator(spec, prefix=prefix, runner=runner, target=target, repeats=repeats, warmup=1, log=log,
-                          budget=max(budget, 1) if method in PASSES else budget, time_limit_s=time_limit_s,
-                          should_stop=stop, source={"method": method, "graph": _graph_of(method, graph)})
-    session_start = [0]
+    evaluator = Evaluator(spec, prefix=prefix, runner=runner, target=options.target, repeats=options.repeats,
+                          warmup=1, log=log, budget=max(options.budget, 1) if method in PASSES else options.budget,
+                          time_limit_s=options.time_limit_s, should_stop=stop,
+                          source={"method": method, "graph": _graph_of(method, options.graph)})
     start_hash = text_hash(evaluator.start)
+    _start(evaluator, log, options.resume, _reporter(evaluator, options, prefix, on_progress))
+    candidates = _search(evaluator, options, facts, stop)
+    if stopped_by_user:
+        chosen = candidates[0] if method in PASSES else tuple(evaluator.best_moves)
+        time_s = _finite(evaluator.known(evaluator.program(chosen)[0]) or INF)
+        spec_s = _finite(evaluator.cache.get(start_hash, INF))
+    else:
+        chosen, time_s, spec_s = _final(evaluator, runner, options.target, candidates, method in PASSES,
+                                        options.final_min_time_s)
+    best_program, _ = evaluator.program(chosen)
+    moves = list(prefix) + list(chosen)
+    program = record(without_comments(best_program), moves, spec=spec_path)
+    return TuneResult(program, moves, time_s, spec_s, evaluator.evaluations, list(evaluator.history), method,
+                      options.graph if method in METHODS else "", stopped_by_user)
+
+
+Reporter = Callable[[Evaluation | None, bool], None]
+
+
+def _reporter(evaluator: Evaluator, options: KernelTuneOptions, prefix: Sequence[str],
+              on_progress: Callable[[TuneProgress], None] | None) -> Reporter:
+    """What the evaluator calls after each evaluation: `on_progress` told where the run is, its
+    time to go estimated from the evaluations of this session (not those a resume retraced)."""
+    start_hash = text_hash(evaluator.start)
+    session_start = evaluator.evaluations
 
     def progress(evaluation: Evaluation | None, improved: bool) -> None:
+        nonlocal session_start
         if on_progress is None:
             return
+        if evaluation is None:  # a resumed log was retraced: this session starts here
+            session_start = evaluator.evaluations
         spec_s = _finite(evaluator.cache.get(start_hash, INF))
         best = _finite(evaluator.best_cost)
         done = evaluator.evaluations
-        fresh = done - session_start[0]
+        fresh = done - session_start
         eta = None
         if fresh > 0:
             eta = evaluator.elapsed_s / fresh * max(0, evaluator.budget - done) if evaluator.budget else None
-            if time_limit_s is not None:
-                eta = min(eta if eta is not None else INF, max(0.0, time_limit_s - evaluator.elapsed_s))
-        on_progress(TuneProgress(done, budget, best, spec_s, spec_s / best if spec_s and best else None, eta,
+            if options.time_limit_s is not None:
+                eta = min(eta if eta is not None else INF, max(0.0, options.time_limit_s - evaluator.elapsed_s))
+        on_progress(TuneProgress(done, options.budget, best, spec_s, spec_s / best if spec_s and best else None, eta,
                                  improved, tuple(prefix) + tuple(evaluator.best_moves)))
 
+    return progress
+
+
+def _start(evaluator: Evaluator, log: Path | None, resume: bool, progress: Reporter) -> None:
+    """Evaluation 0, after retracing `log` when resuming (else the log starts empty)."""
     evaluator.on_evaluation = progress
     if log is not None:
         if resume:
             if evaluator.resume(log):
-                session_start[0] = evaluator.evaluations
                 progress(None, True)
         else:
             log.write_text("", encoding="utf-8")
-    evaluator.evaluate([])  # evaluation 0, cached when resumed
+    evaluator.evaluate([])  # cached when resumed
 
-    if method in PASSES:
-        moves = PASSES[method](evaluator.start, facts)
+
+def _search(evaluator: Evaluator, options: KernelTuneOptions, facts: Target, stop: Callable[[], bool]
+            ) -> list[tuple[str, ...]]:
+    """Run the pass, the search or the agent; the candidates for the final measurement, best first."""
+    if options.method in PASSES:
+        moves = PASSES[options.method](evaluator.start, facts)
         program, applied = evaluator.program(moves)
         if not evaluator.stopped() or evaluator.known(program) is not None:
             try:
                 evaluator.evaluate(applied, program)
             except BudgetExhausted:  # the user stopped before it ran
                 pass
-        candidates = [tuple(applied)]
-    else:
-        if method == AGENT:
-            from .perfllm.search import search  # torch and the embedding model load only here
+        return [tuple(applied)]
+    if options.method == AGENT:
+        from .perfllm.checkpoint import SHIPPED
+        from .perfllm.search import search  # torch and the embedding model load only here
 
-            assert checkpoint is not None
-            search(evaluator.start, checkpoint, evaluator, target=target, seed=seed, should_stop=stop)
-        else:
-            METHODS[method](evaluator, make_graph(graph, evaluator, facts), seed)
-        candidates = [moves for _, moves in evaluator.ranked()[:finalists]]
-        if not candidates:
-            candidates = [tuple(evaluator.best_moves)]
-
-    if stopped_by_user:
-        chosen = candidates[0] if method in PASSES else tuple(evaluator.best_moves)
-        time_s = _finite(evaluator.known(evaluator.program(chosen)[0]) or INF)
-        spec_s = _finite(evaluator.cache.get(start_hash, INF))
+        search(evaluator.start, options.checkpoint or SHIPPED, evaluator, target=options.target, seed=options.seed,
+               should_stop=stop)
     else:
-        chosen, time_s, spec_s = _final(evaluator, runner, target, candidates, method in PASSES, final_min_time_s)
-    best_program, _ = evaluator.program(chosen)
-    moves = list(prefix) + list(chosen)
-    program = record(without_comments(best_program), moves, spec=spec_path)
-    return TuneResult(program, moves, time_s, spec_s, evaluator.evaluations, list(evaluator.history), method,
-                      graph if method in METHODS else "", stopped_by_user)
+        METHODS[options.method](evaluator, make_graph(options.graph, evaluator, facts), options.seed)
+    candidates = [moves for _, moves in evaluator.ranked()[:options.finalists]]
+    return candidates or [tuple(evaluator.best_moves)]
 
 
 def _final(evaluator: Evaluator, runner: Runner, target: str, candidates: list[tuple[str, ...]], is_pass: bool,

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from codegen import generate, get_target
 from codegen.build import build
-from codegen.cvector import used_vector_types, vector_helper_source, vector_typedefs
 from codegen.targets import Target
+from codegen.vector_helpers import used_vector_types, vector_helper_source, vector_typedefs
 from dojo_ir import load
 
 DRIVER = r"""

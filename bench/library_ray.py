@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from agent.evaluate import read_log  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
-from libgen import BuildEvent, build_library, library_kernel  # noqa: E402
+from libgen import BuildEvent, BuildOptions, KernelTuneOptions, build_library, library_kernel  # noqa: E402
 from libgen.cluster import Cluster  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -50,8 +50,8 @@ def run(workers: int, method: str, budget: int, min_time_s: float, scratch: Path
     started = time.perf_counter()
     with Cluster("local", cpus=workers) as cluster:
         ready = time.perf_counter()
-        build_library(kernels, out, method=method, budget=budget, name="bench", min_time_s=min_time_s,
-                      cluster=cluster, on_event=event)
+        tuning = KernelTuneOptions(method, budget, final_min_time_s=min_time_s)
+        build_library(kernels, out, BuildOptions(tuning, name="bench"), cluster=cluster, on_event=event)
         built = time.perf_counter()
     evaluations = failed = 0
     for log in (out / "logs").glob("*.jsonl"):

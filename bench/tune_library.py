@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.tune import tune  # noqa: E402
+from agent.tune import KernelTuneOptions, tune  # noqa: E402
 from bench.library import best_so_far, shape_of  # noqa: E402
 from bench.sections import archive_log  # noqa: E402
 from dojo_ir import load, to_text  # noqa: E402
@@ -56,7 +56,8 @@ def tune_kernel(kernel: str, runs: list[str], budget: int, out: Path, scale: int
         log.unlink(missing_ok=True)
         log.with_name(log.name + ".gz").unlink(missing_ok=True)
         started = time.perf_counter()
-        result = tune(spec, method, budget, spec_path=spec_file.name, graph=graph or "edges", log=log)
+        result = tune(spec, KernelTuneOptions(method, budget, graph=graph or "edges"), spec_path=spec_file.name,
+                      log=log)
         wall = time.perf_counter() - started
         log = archive_log(log)
         record["runs"][run] = {"spec_s": result.spec_s, "time_s": result.time_s, "evaluations": result.evaluations,

@@ -8,7 +8,7 @@ max(x, 0), exp, tanh and erf, a `256 16:v` nest against a `512 8:v` one on x86-a
 run by the harness with `--repeats` timed runs per process (inputs uniform in [-4, 4)), `--rounds`
 processes of each, alternating: medians in ns per element, and the median of the per-round ratios
 16-lane / 8-lane. GCC compares a vector wider than the registers lane by lane with branches, so the
-helpers that compare are written as halves there (codegen/cvector.py `_halved`); this shows whether a
+helpers that compare are written as halves there (codegen/vector_helpers.py `_halved`); this shows whether a
 wide nest costs what a register-wide one does.
 """
 

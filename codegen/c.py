@@ -9,7 +9,8 @@ by its depth, and its kind says how:
 
 - `:p` puts `#pragma omp parallel for schedule(static)` on the loop;
 - `:u` writes the body once per iteration, with the loop variable a constant;
-- `:v` computes its one operation on vectors (cvector.py);
+- `:v` computes its one operation on vectors (cvector.py), calling helpers
+  that vector_helpers.py defines;
 - `:g :b :w` run sequentially: the C target ignores GPU mapping;
 - a sequential scope whose only child is a `:v` horizontal reduction keeps
   vector accumulators across its iterations (cvector.vector_accumulation).
@@ -40,21 +41,18 @@ from dojo_ir.paths import node_at
 from dojo_ir.tree import DTYPE_BYTES, Buffer, Node, Op, Program, Scope, walk_op_paths, walk_scopes
 
 from .cexpr import Env, Printer, buffer_var, c_type, helper_source, loop_var, statement, storage_size, used_helpers
-from .cvector import (
-    last_index_reach,
-    stream_helper_source,
-    streamable,
-    used_stream_helpers,
-    used_vector_helpers,
-    used_vector_types,
-    vector_accumulation,
-    vector_helper_source,
-    vector_statement,
-    vector_typedefs,
-)
+from .cvector import last_index_reach, streamable, vector_accumulation, vector_statement
 from .harness import harness
 from .padding import read_padding, zero_padding
 from .targets import Target, streaming_threshold_bytes
+from .vector_helpers import (
+    stream_helper_source,
+    used_stream_helpers,
+    used_vector_helpers,
+    used_vector_types,
+    vector_helper_source,
+    vector_typedefs,
+)
 
 _INDENT = "    "
 _INCLUDES = ("math.h", "stdint.h", "stdio.h", "stdlib.h", "time.h")

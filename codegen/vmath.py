@@ -1,5 +1,5 @@
 """Vector exp, log, tanh and erf of f32 in portable vector code (GCC/Clang vector types: any lane
-count, any target), the helpers `dojo_exp_f32x16`, ... that codegen/cvector.py emits.
+count, any target), the helpers `dojo_exp_f32x16`, ... that codegen/vector_helpers.py defines.
 
 exp, log and tanh are Cephes' range reductions and polynomials, within 1-2 ulp of the correctly
 rounded result, with numpy's special values: exp(-inf) = 0, exp(inf) = inf, overflow to inf and
@@ -25,7 +25,7 @@ memory both ways, which made an erf nest 1.45x slower on AVX2.
 """
 
 # The helpers that compare floats (lanes chosen by masks), which a target whose registers are
-# narrower than the vector computes in halves (cvector's `_halved`); erf's masks are integer
+# narrower than the vector computes in halves (vector_helpers' `_halved`); erf's masks are integer
 # arithmetic, which the compiler splits itself.
 F32_MATH_COMPARING = ("exp", "log", "tanh")
 

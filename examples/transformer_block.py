@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from libgen import BuildEvent, KernelSpec, build_library, library_kernel
+from libgen import BuildEvent, BuildOptions, KernelSpec, KernelTuneOptions, build_library, library_kernel
 
 TOKENS, FEATURES, HIDDEN = 256, 256, 512
 NAME = "block"  # the library: libblock.so, block.py, torch.ops.block
@@ -101,11 +101,11 @@ def load_library(out: Path) -> ModuleType:
         sys.path.remove(str(out))
 
 
-def build(out: Path, method: str, budget: int, ray: str | None = None,
-          shape: tuple[int, int, int] = (TOKENS, FEATURES, HIDDEN), **options: object) -> ModuleType:
-    """Tune the block's kernels at `shape` (tokens, features, hidden) into the library in `out` (a
-    kernel already tuned there with the same method and budget is kept) and load it; `options` go
-    to `build_library`."""
+def build(out: Path, tuning: KernelTuneOptions, ray: str | None = None,
+          shape: tuple[int, int, int] = (TOKENS, FEATURES, HIDDEN)) -> ModuleType:
+    """Tune the block's kernels at `shape` (tokens, features, hidden) as `tuning` says into the
+    library in `out` (a kernel already tuned there with the same method and budget is kept) and
+    load it."""
     def say(event: BuildEvent) -> None:
         if event.kind != "progress":
             print(event.message, file=sys.stderr, flush=True)
@@ -114,10 +114,9 @@ def build(out: Path, method: str, budget: int, ray: str | None = None,
         from libgen.cluster import Cluster
 
         with Cluster(ray) as cluster:
-            build_library(kernels(*shape), out, method=method, budget=budget, name=NAME, cluster=cluster,
-                          on_event=say, **options)
+            build_library(kernels(*shape), out, BuildOptions(tuning, name=NAME), cluster=cluster, on_event=say)
     else:
-        build_library(kernels(*shape), out, method=method, budget=budget, name=NAME, on_event=say, **options)
+        build_library(kernels(*shape), out, BuildOptions(tuning, name=NAME), on_event=say)
     return load_library(out)
 
 
@@ -141,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray", help="tune on a Ray cluster: auto, local or its address")
     parser.add_argument("--repeats", type=int, default=50)
     args = parser.parse_args(argv)
-    build(args.out, args.method, args.budget, args.ray)
+    build(args.out, KernelTuneOptions(args.method, args.budget), args.ray)
     reference = TorchBlock().eval()
     ours = DojoBlock(reference, getattr(torch.ops, NAME)).eval()
     x = torch.randn(TOKENS, FEATURES, generator=torch.Generator().manual_seed(1))

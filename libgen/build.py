@@ -1,6 +1,6 @@
 """`build_library`: tune kernels and write them out as a library.
 
-    result = build_library(resolve(["softmax", "matmul"]), Path("lib"), method="sa", budget=100)
+    result = build_library(resolve(["softmax", "matmul"]), Path("lib"), BuildOptions(KernelTuneOptions("sa", 100)))
 
 The directory, when done:
 
@@ -14,7 +14,7 @@ The directory, when done:
 
 Every file is written atomically. Resuming: a kernel whose record has the same spec hash, target,
 method, budget, graph and seed (and derived-file moves) is not tuned again; otherwise its search
-resumes from its log when the log is of the same starting program (`tune(resume=True)`, which
+resumes from its log when the log is of the same starting program (`KernelTuneOptions.resume`, which
 retraces the search through the logged evaluations at no cost), else starts afresh. A kernel's
 record is written only when its tuning finished, so an interrupted build (Ctrl-C, `should_stop`,
 a crash) leaves the finished kernels and every logged evaluation, and running it again goes on.
@@ -34,13 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from agent.evaluate import read_log, replay_moves, text_hash
-from agent.methods import GRAPH, METHODS, SEARCHES
-from agent.tune import TuneProgress, tune
+from agent.methods import SEARCHES
+from agent.tune import KernelTuneOptions, TuneProgress, tune
 from codegen.targets import get_target
 from dojo_ir import Program, to_text
 from runner.files import write_atomically
 from runner.local import LocalRunner, iterations
-from runner.measure import MIN_TIME_S, Runner
+from runner.measure import Runner
 from runner.result import format_time
 
 from . import csource
@@ -90,35 +90,42 @@ def _resumable(log: Path, start: Program) -> bool:
 
 
 @dataclass(frozen=True)
+class BuildOptions:
+    """The settings of a build: each kernel tuned as `tuning` says (its budget is per kernel, its
+    target the library's), the library named `name`, at most `workers` kernels tuned at once on a
+    cluster (default: as many as it has room for), and `peers` timed on each library kernel
+    (libgen/peers)."""
+
+    tuning: KernelTuneOptions
+    name: str = "dojo"
+    workers: int | None = None
+    peers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "peers", tuple(self.peers))  # a list given: the options stay immutable
+
+
+@dataclass(frozen=True)
 class TuningPlan:
-    """How kernels are tuned into the library `out` (every kernel of one build); `graph` is ""
-    for a method that searches none (`of` makes it so)."""
+    """How kernels are tuned into the library `out` (every kernel of one build)."""
 
     out: Path
-    method: str
-    budget: int
-    target: str
-    graph: str
-    seed: int
-    min_time_s: float
-    time_limit_s: float | None
-    checkpoint: Path | None
+    tuning: KernelTuneOptions
 
-    @classmethod
-    def of(cls, out: Path, method: str, budget: int, *, target: str = "native", graph: str = GRAPH, seed: int = 0,
-           min_time_s: float = MIN_TIME_S, time_limit_s: float | None = None,
-           checkpoint: Path | None = None) -> TuningPlan:
-        return cls(out, method, budget, target, graph if method in SEARCHES else "", seed, min_time_s, time_limit_s,
-                   checkpoint)
+    @property
+    def graph(self) -> str:
+        """The graph the method searches, "" for a method that searches none (as records say it)."""
+        return self.tuning.graph if self.tuning.method in SEARCHES else ""
 
     def key(self, spec: KernelSpec) -> tuple[str, str, str, int, str, int]:
-        return (text_hash(spec.program), self.target, self.method, self.budget, self.graph, self.seed)
+        tuning = self.tuning
+        return (text_hash(spec.program), tuning.target, tuning.method, tuning.budget, self.graph, tuning.seed)
 
     def record_path(self, spec: KernelSpec) -> Path:
         return self.out / "kernels" / f"{spec.name}.json"
 
     def log_path(self, spec: KernelSpec) -> Path:
-        return search_log(self.out, spec.name, self.method, self.graph)
+        return search_log(self.out, spec.name, self.tuning.method, self.graph)
 
     def done(self, spec: KernelSpec) -> Tuned | None:
         """The kernel's record when it can be reused as it is."""
@@ -143,41 +150,31 @@ class TuningPlan:
             emit(BuildEvent(spec.name, "progress", f"{spec.name}: {p.evaluations}/{p.budget} evaluations, "
                             f"best {format_time(p.best_s)}{speedup}", p.evaluations))
 
-        result = tune(spec.program, self.method, self.budget, spec_path=f"{spec.name}.spec.dojo",
-                      graph=self.graph or GRAPH, target=self.target, runner=runner, time_limit_s=self.time_limit_s,
-                      log=log, resume=resume, seed=self.seed, on_progress=progress, should_stop=stop,
-                      prefix=spec.prefix, final_min_time_s=self.min_time_s, checkpoint=self.checkpoint)
+        result = tune(spec.program, replace(self.tuning, resume=resume), spec_path=f"{spec.name}.spec.dojo",
+                      prefix=spec.prefix, log=log, runner=runner, on_progress=progress, should_stop=stop)
         if result.stopped_early:
             raise _Stopped(spec.name)
         write_atomically(directory / f"{spec.name}.dojo", to_text(result.program).encode())
-        tuned = Tuned(spec.name, text_hash(spec.program), self.target, self.method, self.budget, self.graph,
-                      self.seed, tuple(result.moves), result.time_s, result.spec_s, result.evaluations)
+        tuned = Tuned(spec.name, *self.key(spec), tuple(result.moves), result.time_s, result.spec_s, result.evaluations)
         write_json(self.record_path(spec), tuned.to_json())
         speedup = "" if result.speedup is None else f", {result.speedup:.2f}x"
-        emit(BuildEvent(spec.name, "tuned", f"{spec.name}: {self.method}: {len(result.moves)} moves, "
+        emit(BuildEvent(spec.name, "tuned", f"{spec.name}: {self.tuning.method}: {len(result.moves)} moves, "
                                             f"{format_time(result.spec_s)} -> {format_time(result.time_s)}{speedup} "
                                             f"after {result.evaluations} evaluations"))
         return tuned
 
 
-def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budget: int, name: str = "dojo",
-                  target: str = "native", graph: str = GRAPH, seed: int = 0, min_time_s: float = MIN_TIME_S,
-                  time_limit_s: float | None = None, checkpoint: Path | None = None, runner: Runner | None = None,
-                  cluster: Cluster | None = None, workers: int | None = None, peers: Sequence[str] = (),
-                  on_event: Callable[[BuildEvent], None] | None = None,
+def build_library(kernels: Sequence[KernelSpec], out: Path, options: BuildOptions, *, runner: Runner | None = None,
+                  cluster: Cluster | None = None, on_event: Callable[[BuildEvent], None] | None = None,
                   should_stop: Callable[[], bool] | None = None) -> BuildResult:
-    """Tune `kernels` (skipping those already tuned in `out`) and write the library `name` into
-    `out`; see the module's docstring. `runner` times evaluations (default: this machine's) unless
-    `cluster` is given; `workers` caps the kernels tuned at once on the cluster. `peers` names the
-    peers to time for each library kernel (libgen/peers). Raises LibraryError for bad options or
-    a library that does not build, KeyboardInterrupt after stopping the searches cleanly when
-    interrupted (so is `should_stop`)."""
-    check_library_name(name)
-    if method not in METHODS:
-        raise LibraryError(f"unknown method `{method}`; expected one of {', '.join(METHODS)}")
-    if budget < 0:
-        raise LibraryError(f"the budget must be at least 0, not {budget}")
+    """Tune `kernels` (skipping those already tuned in `out`) and write the library into `out` as
+    `options` say; see the module's docstring. `runner` times evaluations (default: this
+    machine's) unless `cluster` is given. Raises LibraryError for bad options or a library that
+    does not build, KeyboardInterrupt after stopping the searches cleanly when interrupted (so is
+    `should_stop`)."""
+    check_library_name(options.name)
     check_names(kernels)
+    target = options.tuning.target
     chosen = get_target(target)
     if chosen.language != "c":
         raise LibraryError(f"a library is C: target {target} generates {chosen.language}")
@@ -185,8 +182,7 @@ def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budg
         raise LibraryError(f"{out}: error: not a directory")
     for directory in (out, out / "kernels", out / "logs", out / "src"):
         directory.mkdir(parents=True, exist_ok=True)
-    plan = TuningPlan.of(out, method, budget, target=target, graph=graph, seed=seed, min_time_s=min_time_s,
-                         time_limit_s=time_limit_s, checkpoint=checkpoint)
+    plan = TuningPlan(out, options.tuning)
     emit = on_event or (lambda _: None)
 
     records: dict[str, Tuned] = {}
@@ -198,20 +194,20 @@ def build_library(kernels: Sequence[KernelSpec], out: Path, *, method: str, budg
             continue
         records[spec.name] = record
         emit(BuildEvent(spec.name, "skipped", f"{spec.name}: already tuned in {plan.record_path(spec)}, skipped"))
-    records.update(_tune_all(plan, pending, runner, cluster, workers, emit, should_stop))
+    records.update(_tune_all(plan, pending, runner, cluster, options.workers, emit, should_stop))
 
-    if peers:
+    if options.peers:
         for spec in kernels:
             record = records[spec.name]
-            if spec.library is None or {p for p, _ in record.peers} >= set(peers):
+            if spec.library is None or {p for p, _ in record.peers} >= set(options.peers):
                 continue
-            times = peer_times(spec, peers)
+            times = peer_times(spec, options.peers)
             records[spec.name] = record = replace(record, peers=tuple({**dict(record.peers), **dict(times)}.items()))
             write_json(plan.record_path(spec), record.to_json())
             emit(BuildEvent(spec.name, "peers", f"{spec.name}: " + ", ".join(
                 f"{peer} {format_time(time_s)}" for peer, time_s in times)))
 
-    manifest = write_library(out, name, kernels, records, target)
+    manifest = write_library(out, options.name, kernels, records, target)
     emit(BuildEvent("", "library", f"wrote {out / manifest['shared_library']}, {out / manifest['header']}, "
                                    f"{out / manifest['module']} and {out / 'manifest.json'} "
                                    f"({len(kernels)} kernels)"))

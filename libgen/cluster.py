@@ -1,7 +1,7 @@
 """Tuning on a Ray cluster: every evaluation is a Ray task on cores of its own, on some node.
 
     with Cluster("auto") as cluster:            # or "local", or a cluster's address
-        result = tune(spec, "sa", 100, spec_path=..., runner=cluster.runner())
+        result = tune(spec, KernelTuneOptions("sa", 100), spec_path=..., runner=cluster.runner())
 
 The searches stay in the process that builds the library (libgen/build.py runs one per kernel in
 a thread, up to `cluster.slots` at once); what they send out is each evaluation: generating,

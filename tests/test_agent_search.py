@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from agent.evaluate import Evaluator, read_log, text_hash
-from agent.tune import TuneProgress, tune
+from agent.tune import KernelTuneOptions, TuneProgress, tune
 from bench.sections import archive_log
 from dojo_ir import interpret, load, random_inputs, to_text
 from dojo_ir.derivation import verify
@@ -61,8 +61,8 @@ SEARCHES = [("random", "edges"), ("random", "heuristic"), ("sa", "edges"), ("sa"
 @pytest.mark.parametrize(("method", "graph"), SEARCHES)
 def test_a_search_respects_the_budget_and_returns_a_best_that_replays(method: str, graph: str) -> None:
     spec, runner = _spec(m=4, n=16), FakeRunner()
-    result = tune(spec, method, 12, spec_path="spec.dojo", graph=graph, runner=runner, seed=3,
-                  final_min_time_s=0.0)
+    result = tune(spec, KernelTuneOptions(method, 12, graph=graph, seed=3, final_min_time_s=0.0),
+                  spec_path="spec.dojo", runner=runner)
     assert result.evaluations <= 12
     searched = len(runner.calls) - 4  # the final measurement: the spec and at most 3 finalists
     assert searched <= 13  # evaluation 0 (the spec) and 12 more
@@ -81,11 +81,13 @@ def test_a_search_is_deterministic_for_a_seed(method: str, graph: str) -> None:
     tried = []
     for _ in range(2):
         runner = FakeRunner()
-        tune(spec, method, 10, spec_path="s.dojo", graph=graph, runner=runner, seed=7, final_min_time_s=0.0)
+        tune(spec, KernelTuneOptions(method, 10, graph=graph, seed=7, final_min_time_s=0.0),
+             spec_path="s.dojo", runner=runner)
         tried.append(runner.calls)
     assert tried[0] == tried[1]
     other = FakeRunner()
-    tune(spec, method, 10, spec_path="s.dojo", graph=graph, runner=other, seed=8, final_min_time_s=0.0)
+    tune(spec, KernelTuneOptions(method, 10, graph=graph, seed=8, final_min_time_s=0.0),
+         spec_path="s.dojo", runner=other)
     assert other.calls != tried[0] or method == "sa"  # another seed goes elsewhere (usually)
 
 
@@ -129,12 +131,12 @@ def test_the_evaluator_caches_by_canonical_text_and_failures_cost_infinity(tmp_p
 def test_the_log_resumes_without_running_anything_again(tmp_path: Path, method: str) -> None:
     spec, log = _spec(m=4, n=16), tmp_path / "out.dojo.jsonl"
     first = FakeRunner()
-    tune(spec, method, 5, spec_path="s.dojo", runner=first, log=log, seed=2, final_min_time_s=0.0)
+    tune(spec, KernelTuneOptions(method, 5, seed=2, final_min_time_s=0.0), spec_path="s.dojo", runner=first, log=log)
     searched = first.calls[:6]  # evaluation 0 and five more; then the final measurement
     assert len(read_log(log)[1]) == 6
     second = FakeRunner()
-    result = tune(spec, method, 10, spec_path="s.dojo", runner=second, log=log, seed=2, resume=True,
-                  final_min_time_s=0.0)
+    result = tune(spec, KernelTuneOptions(method, 10, seed=2, resume=True, final_min_time_s=0.0),
+                  spec_path="s.dojo", runner=second, log=log)
     entries = [e.to_json() for e in read_log(log)[1]]
     assert [e["index"] for e in entries] == list(range(len(entries))) and len(entries) <= 11
     assert result.evaluations == len(entries) - 1
@@ -142,13 +144,14 @@ def test_the_log_resumes_without_running_anything_again(tmp_path: Path, method: 
     assert not set(new) & set(searched)  # the first five were not run again
     # and the resumed run is the run that would have been: the same programs, in the same order
     whole = FakeRunner()
-    tune(spec, method, 10, spec_path="s.dojo", runner=whole, seed=2, final_min_time_s=0.0)
+    tune(spec, KernelTuneOptions(method, 10, seed=2, final_min_time_s=0.0), spec_path="s.dojo", runner=whole)
     assert whole.calls[:len(entries)] == searched + new
 
 
 def test_resume_restores_the_best_program(tmp_path: Path) -> None:
     spec, log = _spec(m=4, n=16), tmp_path / "log.jsonl"
-    tune(spec, "random", 8, spec_path="s.dojo", runner=FakeRunner(), log=log, seed=1, final_min_time_s=0.0)
+    tune(spec, KernelTuneOptions("random", 8, seed=1, final_min_time_s=0.0),
+         spec_path="s.dojo", runner=FakeRunner(), log=log)
     evaluator = Evaluator(spec, runner=FakeRunner())
     assert evaluator.resume(log) == 9
     entries = [e.to_json() for e in read_log(log)[1]]
@@ -162,8 +165,8 @@ def test_resume_restores_the_best_program(tmp_path: Path) -> None:
 def test_should_stop_ends_the_search_early_with_the_best_so_far() -> None:
     spec, runner = _spec(m=4, n=16), FakeRunner()
     seen: list[TuneProgress] = []
-    result = tune(spec, "sa", 50, spec_path="s.dojo", runner=runner, on_progress=seen.append,
-                  should_stop=lambda: len(seen) >= 4, final_min_time_s=0.0)
+    result = tune(spec, KernelTuneOptions("sa", 50, final_min_time_s=0.0),
+                  spec_path="s.dojo", runner=runner, on_progress=seen.append, should_stop=lambda: len(seen) >= 4)
     assert result.stopped_early and result.evaluations == 3 and len(runner.calls) == 4
     assert verify(result.program, spec) == []
     assert result.time_s == min(t for _, t in result.history)
@@ -174,7 +177,7 @@ def test_should_stop_ends_the_search_early_with_the_best_so_far() -> None:
 @pytest.mark.parametrize("method", ["naive", "greedy", "heuristic"])
 def test_a_pass_spends_one_evaluation(method: str) -> None:
     spec, runner = _spec(m=4, n=16), FakeRunner()
-    result = tune(spec, method, 100, spec_path="s.dojo", runner=runner, final_min_time_s=0.0)
+    result = tune(spec, KernelTuneOptions(method, 100, final_min_time_s=0.0), spec_path="s.dojo", runner=runner)
     assert result.evaluations == 1 and len(runner.calls) <= 4
     assert verify(result.program, spec) == [] and result.moves
     _same_meaning(spec, result.program)
@@ -183,15 +186,16 @@ def test_a_pass_spends_one_evaluation(method: str) -> None:
 def test_a_derived_start_keeps_its_moves_as_the_prefix() -> None:
     spec = _spec(m=4, n=16)
     prefix = ["join_scopes(op=m#1, depth=0)"]
-    result = tune(spec, "random", 5, spec_path="s.dojo", runner=FakeRunner(), prefix=prefix, seed=0,
-                  final_min_time_s=0.0)
+    result = tune(spec, KernelTuneOptions("random", 5, seed=0, final_min_time_s=0.0),
+                  spec_path="s.dojo", runner=FakeRunner(), prefix=prefix)
     assert result.moves[:1] == prefix and verify(result.program, spec) == []
 
 
 def test_the_final_measurement_picks_the_fastest_finalist() -> None:
     """A program that timed fast once but is slow when measured again loses to the runner-up."""
     spec = _spec(m=4, n=16)
-    first = tune(spec, "random", 10, spec_path="s.dojo", runner=FakeRunner(), seed=4, final_min_time_s=0.0)
+    first = tune(spec, KernelTuneOptions("random", 10, seed=4, final_min_time_s=0.0),
+                 spec_path="s.dojo", runner=FakeRunner())
     lucky = to_text(without_comments(first.program))
 
     class Noisy(FakeRunner):
@@ -202,7 +206,8 @@ def test_the_final_measurement_picks_the_fastest_finalist() -> None:
                 return RunResult(target, slow, slow, slow, repeats, 0.0, True, 0.0, None, (slow,) * repeats)
             return result
 
-    second = tune(spec, "random", 10, spec_path="s.dojo", runner=Noisy(), seed=4, final_min_time_s=0.0)
+    second = tune(spec, KernelTuneOptions("random", 10, seed=4, final_min_time_s=0.0),
+                  spec_path="s.dojo", runner=Noisy())
     assert to_text(without_comments(second.program)) != lucky
     assert second.time_s is not None and second.time_s > first.time_s
     assert verify(second.program, spec) == []
@@ -210,11 +215,12 @@ def test_the_final_measurement_picks_the_fastest_finalist() -> None:
 
 def test_a_search_walks_the_heuristic_graph_unless_told(tmp_path: Path) -> None:
     spec, log = _spec(m=4, n=16), tmp_path / "log.jsonl"
-    untold = tune(spec, "sa", 3, spec_path="s.dojo", runner=FakeRunner(), log=log, final_min_time_s=0.0)
+    untold = tune(spec, KernelTuneOptions("sa", 3, final_min_time_s=0.0),
+                  spec_path="s.dojo", runner=FakeRunner(), log=log)
     assert untold.graph == "heuristic" and read_log(log)[0]["graph"] == "heuristic"
     told_log = tmp_path / "told.jsonl"
-    told = tune(spec, "sa", 3, spec_path="s.dojo", runner=FakeRunner(), graph="edges", log=told_log,
-                final_min_time_s=0.0)
+    told = tune(spec, KernelTuneOptions("sa", 3, graph="edges", final_min_time_s=0.0),
+                spec_path="s.dojo", runner=FakeRunner(), log=told_log)
     assert told.graph == "edges"
     # and each walked its graph: the heuristic one starts from the heuristic pass's whole sequence,
     # the edges one goes a move at a time
@@ -254,3 +260,10 @@ def test_searches_do_not_stage_for_a_scope_that_only_copies_the_array() -> None:
     assert copy_nest and not copy_nest & stagings(legal_moves(staged))
     assert stagings(legal_moves(staged)) == stagings(find(staged)) - copy_nest
     assert stagings(legal_moves(staged))  # the computing scope's stagings are still searched
+
+
+@pytest.mark.parametrize(("method", "budget", "error"), [("magic", 5, "unknown method `magic`; expected one of"),
+                                                        ("sa", -1, "the budget must be at least 0, not -1")])
+def test_options_refuse_an_unknown_method_or_a_negative_budget(method: str, budget: int, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        KernelTuneOptions(method, budget)

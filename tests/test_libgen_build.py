@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,10 @@ import pytest
 from agent.evaluate import read_log, text_hash
 from dojo_ir import load
 from dojo_ir.library import KERNELS
-from libgen import BuildEvent, LibraryError, build_library, resolve
+from libgen import BuildEvent, BuildOptions, KernelTuneOptions, LibraryError, build_library, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
+NAIVE = KernelTuneOptions("naive", 1)
 
 
 def dojo(*args: str) -> subprocess.CompletedProcess:
@@ -32,13 +34,13 @@ def _log(path: Path) -> list[dict]:
 def test_an_interrupted_build_keeps_finished_kernels_and_resumes_the_half_finished_search(tmp_path: Path) -> None:
     kernels = resolve(["softmax", "matmul"], base="small")
     matmul_log = tmp_path / "logs" / "matmul.sa.heuristic.jsonl"
-    options = {"method": "sa", "budget": 8, "name": "lg_resume", "min_time_s": 0.01}
+    options = BuildOptions(KernelTuneOptions("sa", 8, final_min_time_s=0.01), name="lg_resume")
 
     def interrupted() -> bool:  # like Ctrl-C once the second kernel has three evaluations logged
         return matmul_log.exists() and len(_log(matmul_log)) >= 3
 
     with pytest.raises(KeyboardInterrupt):
-        build_library(kernels, tmp_path, should_stop=interrupted, **options)
+        build_library(kernels, tmp_path, options, should_stop=interrupted)
     assert (tmp_path / "kernels" / "softmax.json").exists()
     assert not (tmp_path / "kernels" / "matmul.json").exists()  # not finished: no record
     assert not (tmp_path / "manifest.json").exists()
@@ -48,7 +50,7 @@ def test_an_interrupted_build_keeps_finished_kernels_and_resumes_the_half_finish
     assert len(before) >= 3
 
     events: list[BuildEvent] = []
-    result = build_library(kernels, tmp_path, on_event=events.append, **options)
+    result = build_library(kernels, tmp_path, options, on_event=events.append)
     kinds = {(e.kernel, e.kind) for e in events}
     assert ("softmax", "skipped") in kinds and ("softmax", "tuning") not in kinds
     assert ("matmul", "resuming") in kinds
@@ -57,7 +59,7 @@ def test_an_interrupted_build_keeps_finished_kernels_and_resumes_the_half_finish
     assert (tmp_path / "logs" / "softmax.sa.heuristic.jsonl").read_bytes() == softmax_log
     after = _log(matmul_log)
     assert after[:len(before)] == before  # the finished evaluations were kept, not redone
-    assert [e["index"] for e in after] == list(range(len(after))) and len(after) <= options["budget"] + 1
+    assert [e["index"] for e in after] == list(range(len(after))) and len(after) <= options.tuning.budget + 1
     assert len({e["hash"] for e in after}) == len(after)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     matmul = next(k for k in manifest["kernels"] if k["name"] == "matmul")
@@ -65,17 +67,17 @@ def test_an_interrupted_build_keeps_finished_kernels_and_resumes_the_half_finish
 
 
 def test_another_shape_or_budget_is_tuned_again(tmp_path: Path) -> None:
-    options = {"method": "random", "budget": 2, "name": "lg_again", "min_time_s": 0.01}
-    build_library(resolve(["softmax"], ["m=3"], base="small"), tmp_path, **options)
+    options = BuildOptions(KernelTuneOptions("random", 2, final_min_time_s=0.01), name="lg_again")
+    build_library(resolve(["softmax"], ["m=3"], base="small"), tmp_path, options)
     log = tmp_path / "logs" / "softmax.random.heuristic.jsonl"
     first = _log(log)
     events: list[BuildEvent] = []
-    build_library(resolve(["softmax"], ["m=3"], base="small"), tmp_path, on_event=events.append,
-                  **{**options, "budget": 4})
+    build_library(resolve(["softmax"], ["m=3"], base="small"), tmp_path,
+                  replace(options, tuning=replace(options.tuning, budget=4)), on_event=events.append)
     assert [e.kind for e in events if e.kernel == "softmax"][0] == "resuming"  # a larger budget extends the search
     assert _log(log)[:len(first)] == first and len(_log(log)) > len(first)
     events.clear()
-    build_library(resolve(["softmax"], ["softmax.m=4"], base="small"), tmp_path, on_event=events.append, **options)
+    build_library(resolve(["softmax"], ["softmax.m=4"], base="small"), tmp_path, options, on_event=events.append)
     assert [e.kind for e in events if e.kernel == "softmax"][0] == "tuning"  # another spec: its log starts afresh
     record = json.loads((tmp_path / "kernels" / "softmax.json").read_text())
     assert record["spec_hash"] == text_hash(load(KERNELS["softmax"].generate(m=4, n=5)))
@@ -112,8 +114,8 @@ def test_a_file_and_a_derived_file_are_kernels_named_after_the_file(tmp_path: Pa
     spec.write_text(KERNELS["softmax"].small())
     derived = tmp_path / "fused.dojo"
     assert dojo("apply", str(spec), "join_scopes(op=m#1, depth=0)", "--record", "-o", str(derived)).returncode == 0
-    result = build_library(resolve([str(spec), str(derived)]), tmp_path / "lib", method="naive", budget=1,
-                           name="lg_files", min_time_s=0.01)
+    result = build_library(resolve([str(spec), str(derived)]), tmp_path / "lib",
+                           BuildOptions(KernelTuneOptions("naive", 1, final_min_time_s=0.01), name="lg_files"))
     rows, fused = result.manifest["kernels"]
     assert rows["name"] == "rows" and fused["name"] == "fused"
     assert fused["moves"][0] == "join_scopes(op=m#1, depth=0)"  # a derived file keeps its moves
@@ -147,9 +149,9 @@ def test_bad_files_and_names_are_refused_with_positions(tmp_path: Path) -> None:
     with pytest.raises(LibraryError, match="two kernels would be named `softmax`"):
         resolve(["softmax", str(same)])
     with pytest.raises(LibraryError, match="library's name `my-lib`"):
-        build_library(resolve(["relu"], base="small"), tmp_path, method="naive", budget=1, name="my-lib")
+        build_library(resolve(["relu"], base="small"), tmp_path, BuildOptions(NAIVE, name="my-lib"))
     with pytest.raises(LibraryError, match="a library is C: target cuda"):
-        build_library(resolve(["relu"], base="small"), tmp_path, method="naive", budget=1, target="cuda")
+        build_library(resolve(["relu"], base="small"), tmp_path, BuildOptions(replace(NAIVE, target="cuda")))
     long = tmp_path / f"{'k' * 240}.dojo"
     long.write_text(KERNELS["relu"].small())
     with pytest.raises(LibraryError, match="of at most 100 characters"):
@@ -163,7 +165,7 @@ def test_bad_files_and_names_are_refused_with_positions(tmp_path: Path) -> None:
 ])
 def test_a_library_name_that_would_stand_for_a_system_one_is_refused(name: str, clash: str, tmp_path: Path) -> None:
     with pytest.raises(LibraryError, match=clash):
-        build_library(resolve(["relu"], base="small"), tmp_path, method="naive", budget=1, name=name)
+        build_library(resolve(["relu"], base="small"), tmp_path, BuildOptions(NAIVE, name=name))
     assert not any(tmp_path.iterdir())
 
 
@@ -180,8 +182,8 @@ def test_the_command_line_reports_errors_as_people_read_them(tmp_path: Path) -> 
 
 
 def test_peers_are_timed_on_request_and_recorded(tmp_path: Path) -> None:
-    result = build_library(resolve(["softmax"], base="small"), tmp_path, method="naive", budget=1, name="lg_peers",
-                           min_time_s=0.01, peers=["numpy"])
+    options = BuildOptions(KernelTuneOptions("naive", 1, final_min_time_s=0.01), name="lg_peers", peers=["numpy"])
+    result = build_library(resolve(["softmax"], base="small"), tmp_path, options)
     (softmax,) = result.manifest["kernels"]
     assert set(softmax["peers"]) == {"numpy"} and softmax["peers"]["numpy"] > 0
     record = json.loads((tmp_path / "kernels" / "softmax.json").read_text())

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from agent.evaluate import text_hash
 from dojo_ir import interpret, load, random_inputs
 from dojo_ir.library import KERNELS
-from libgen import build_library, csource, resolve
+from libgen import BuildOptions, KernelTuneOptions, build_library, csource, resolve
 
 TUNED = ["softmax", "layernorm1", "matmul", "swiglu"]
 
@@ -39,16 +39,21 @@ def _import(directory: Path, name: str) -> ModuleType:
 def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The greedy pass's programs: vectors and OpenMP threads, temporaries on the stack."""
     out = tmp_path_factory.mktemp("tuned")
-    build_library(resolve(TUNED, base="small"), out, method="greedy", budget=1, name="lg_tuned", min_time_s=0.01)
+    build_library(resolve(TUNED, base="small"), out, BuildOptions(KernelTuneOptions("greedy", 1, final_min_time_s=0.01),
+                                                                 name="lg_tuned"))
     return out
+
+
+def _specs_only(name: str) -> BuildOptions:
+    """A library of the specs as they are: no evaluation past the first."""
+    return BuildOptions(KernelTuneOptions("random", 0, final_min_time_s=0.01), name=name)
 
 
 @pytest.fixture(scope="module")
 def specs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The specs as they are (no evaluation past the first): their temporaries are a workspace."""
     out = tmp_path_factory.mktemp("specs")
-    build_library(resolve(["softmax", "swiglu"], base="small"), out, method="random", budget=0, name="lg_specs",
-                  min_time_s=0.01)
+    build_library(resolve(["softmax", "swiglu"], base="small"), out, _specs_only("lg_specs"))
     return out
 
 
@@ -147,8 +152,7 @@ def test_c_calls_the_library_through_its_header_from_several_threads(which: str,
         directory, name = tuned, "lg_tuned"
     else:  # the specs keep their temporaries in a workspace, one per calling thread
         directory, name = tmp_path_factory.mktemp("c_specs"), "lg_cspecs"
-        build_library(resolve(["softmax", "matmul"], base="small"), directory, method="random", budget=0, name=name,
-                      min_time_s=0.01)
+        build_library(resolve(["softmax", "matmul"], base="small"), directory, _specs_only(name))
         manifest = json.loads((directory / "manifest.json").read_text())
         assert manifest["kernels"][0]["workspace_bytes"] > 0
     source = tmp_path / "main.c"
@@ -310,7 +314,7 @@ def test_the_transformer_block_example_gives_eager_pytorchs_outputs(tmp_path: Pa
     finally:
         sys.path.pop(0)
     tokens, features, hidden = 8, 16, 24
-    example.build(tmp_path, "heuristic", 1, shape=(tokens, features, hidden), min_time_s=0.01)
+    example.build(tmp_path, KernelTuneOptions("heuristic", 1, final_min_time_s=0.01), shape=(tokens, features, hidden))
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [k["name"] for k in manifest["kernels"]] == ["layernorm", "proj", "scores", "softmax", "attend",
                                                          "swiglu", "down"]

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
 
 from agent.evaluate import read_log  # noqa: E402
-from libgen import build_library, resolve  # noqa: E402
+from libgen import BuildOptions, KernelTuneOptions, build_library, resolve  # noqa: E402
 from libgen.cluster import Cluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,8 +96,8 @@ def test_a_worker_killed_mid_search_loses_no_evaluation_and_its_work_is_retried(
     for thread in threads:
         thread.start()
     try:
-        result = build_library(resolve(KERNELS, base="small"), tmp_path, method="sa", budget=BUDGET, name="lg_ray",
-                               min_time_s=0.01, cluster=cluster, workers=2)
+        options = BuildOptions(KernelTuneOptions("sa", BUDGET, final_min_time_s=0.01), name="lg_ray", workers=2)
+        result = build_library(resolve(KERNELS, base="small"), tmp_path, options, cluster=cluster)
     finally:
         stop.set()
         for thread in threads:
@@ -128,10 +129,10 @@ def test_a_kernel_survives_a_build_stopped_on_the_cluster_and_resumes_locally(cl
     def stopped() -> bool:
         return matmul_log.exists() and len(read_log(matmul_log)[1]) >= 2
 
-    options = {"method": "random", "budget": 6, "name": "lg_ray2", "min_time_s": 0.01}
+    options = BuildOptions(KernelTuneOptions("random", 6, final_min_time_s=0.01), name="lg_ray2")
     with pytest.raises(KeyboardInterrupt):
-        build_library(kernels, tmp_path, cluster=cluster, workers=1, should_stop=stopped, **options)
+        build_library(kernels, tmp_path, replace(options, workers=1), cluster=cluster, should_stop=stopped)
     before = matmul_log.read_text().splitlines()
-    result = build_library(kernels, tmp_path, **options)
+    result = build_library(kernels, tmp_path, options)
     after = matmul_log.read_text().splitlines()
     assert after[:len(before)] == before and "matmul" in result.tuned

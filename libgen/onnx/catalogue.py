@@ -120,6 +120,12 @@ class Coverage:
         """The share of the expressible operators that are covered, in percent."""
         return 100 * len(self.covered) / self.expressible if self.expressible else 100.0
 
+    def summary(self) -> str:
+        """The totals in one line, as `dojo import --coverage` ends and docs/onnx.md states them."""
+        return (f"{len(self.covered)} of {self.expressible} expressible operators covered ({self.percent:.1f}%), "
+                f"{len(self.not_written)} not written; {len(self.not_expressible)} of {self.total} operators of the "
+                f"default domain not expressible; not counted (deprecated): {', '.join(self.deprecated) or 'none'}")
+
 
 def default_domain() -> tuple[list[str], list[str]]:
     """The operators of the default domain at onnx's latest opset, and the deprecated ones."""

@@ -45,6 +45,7 @@ from typing import Any
 
 from agent.evaluate import read_log, replay_moves, text_hash
 from agent.methods import GRAPH, METHODS, SEARCHES
+from agent.tune import KernelTuneOptions
 from dojo_ir import to_text
 from dojo_ir.derivation import record
 from dojo_ir.paths import without_comments
@@ -52,7 +53,7 @@ from runner.files import write_atomically
 from runner.measure import Runner
 from runner.result import format_time
 
-from ..build import BuildEvent, TuningPlan, build_library, search_log, tune_kernel, write_library
+from ..build import BuildEvent, BuildOptions, TuningPlan, build_library, search_log, tune_kernel, write_library
 from ..cluster import Cluster
 from ..kernels import KernelSpec, LibraryError
 from ..manifest import Tuned, read_json, read_tuned, write_json
@@ -217,9 +218,9 @@ class _Tune:
             if event.kind in ("tuned", "skipped"):
                 self.tell("progress", event.message)
 
-        build_library(self.specs, self.out, method="heuristic", budget=1, name=self.options.name,
-                      target=self.options.target, min_time_s=self.options.min_time_s, runner=runner, cluster=cluster,
-                      on_event=forward, should_stop=should_stop)
+        tuning = KernelTuneOptions("heuristic", 1, target=self.options.target, final_min_time_s=self.options.min_time_s)
+        build_library(self.specs, self.out, BuildOptions(tuning, name=self.options.name), runner=runner,
+                      cluster=cluster, on_event=forward, should_stop=should_stop)
         self.best = {spec.name: _record(self.out, spec) for spec in self.specs}
         self.heuristic = dict(self.best)
         manifest = read_json(self.out / "manifest.json")
@@ -440,9 +441,10 @@ def _round(tune: _Tune, i: int, grant: int, runner: Runner | None, remaining: fl
 
     options = tune.options
     try:
-        plan = TuningPlan.of(tune.out, options.method, task.inherited + task.evaluations + grant,
-                             target=options.target, graph=options.graph, seed=options.seed,
-                             min_time_s=options.min_time_s, time_limit_s=remaining, checkpoint=options.checkpoint)
+        tuning = KernelTuneOptions(options.method, task.inherited + task.evaluations + grant, graph=options.graph,
+                                   target=options.target, seed=options.seed, time_limit_s=remaining,
+                                   final_min_time_s=options.min_time_s, checkpoint=options.checkpoint)
+        plan = TuningPlan(tune.out, tuning)
         return tune_kernel(spec, plan, runner, forward, should_stop)
     except (LibraryError, ValueError) as error:
         raise TuneError(f"{tune.model}: error: tuning kernel {spec.name}: {error}") from None

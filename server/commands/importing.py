@@ -94,7 +94,5 @@ def _print_coverage(as_json: bool) -> int:
     width = max(map(len, lines))
     for op in sorted(lines):
         print(f"{op:<{width}}  {lines[op]}")
-    print(f"{len(report.covered)} of {report.expressible} expressible operators covered ({report.percent:.1f}%), "
-          f"{len(report.not_written)} not written; {len(report.not_expressible)} of {report.total} operators of the "
-          f"default domain not expressible; not counted (deprecated): {', '.join(report.deprecated) or 'none'}")
+    print(report.summary())
     return 0

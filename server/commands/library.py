@@ -49,7 +49,7 @@ def add_to(commands: argparse._SubParsersAction) -> None:
 
 def cmd_library_build(args: argparse.Namespace) -> int:
     # imported here: the other commands start without the tuner, and Ray loads only with --ray
-    from libgen import BuildEvent, LibraryError, build_library, resolve
+    from libgen import BuildEvent, BuildOptions, KernelTuneOptions, LibraryError, build_library, resolve
     from libgen.peers import DEFAULT as DEFAULT_PEERS
     from runner.client import RunnerError
 
@@ -66,20 +66,21 @@ def cmd_library_build(args: argparse.Namespace) -> int:
             return
         print(f"\r{e.message:<70}" if tty else e.message, file=sys.stderr, flush=True)
 
-    options = {"method": args.method, "budget": args.budget, "name": args.name, "target": args.target,
-               "graph": args.graph, "seed": args.seed, "min_time_s": args.min_time, "time_limit_s": args.time_limit,
-               "checkpoint": args.checkpoint and Path(args.checkpoint), "workers": args.workers,
-               "peers": (args.peers or list(DEFAULT_PEERS)) if args.peers is not None else (), "on_event": event}
     try:
+        tuning = KernelTuneOptions(args.method, args.budget, graph=args.graph, target=args.target, seed=args.seed,
+                                   time_limit_s=args.time_limit, final_min_time_s=args.min_time,
+                                   checkpoint=args.checkpoint and Path(args.checkpoint))
+        options = BuildOptions(tuning, name=args.name, workers=args.workers,
+                               peers=(args.peers or DEFAULT_PEERS) if args.peers is not None else ())
         kernels = resolve(args.kernels, args.shape, "small" if args.small else "quick" if args.quick else "paper")
         if args.ray:
             from libgen.cluster import Cluster
 
             with Cluster(args.ray, cores=args.ray_cores) as cluster:
-                result = build_library(kernels, out, cluster=cluster, **options)
+                result = build_library(kernels, out, options, cluster=cluster, on_event=event)
         else:
             with runner_for(args) as runner:
-                result = build_library(kernels, out, runner=runner, **options)
+                result = build_library(kernels, out, options, runner=runner, on_event=event)
     except LibraryError as error:
         message = str(error)
         raise CommandError(message if ": error: " in message else f"dojo library build: error: {message}") from None

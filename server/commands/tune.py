@@ -50,7 +50,7 @@ def add_to(commands: argparse._SubParsersAction) -> None:
 def cmd_tune(args: argparse.Namespace) -> int:
     # imported here so that the commands that do not tune start without the searches
     from agent.evaluate import replay_moves
-    from agent.tune import TuneProgress, tune
+    from agent.tune import KernelTuneOptions, TuneProgress, tune
     from runner.client import RunnerError
 
     program = load_file(args.file)
@@ -75,12 +75,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
         line = f"{p.evaluations}/{p.budget} evaluations, best {format_time(p.best_s)}{speedup}{eta}"
         print(f"\r{line:<70}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
-    options = {"graph": args.graph, "target": args.target, "time_limit_s": args.time_limit, "log": log,
-               "resume": args.resume, "seed": args.seed, "on_progress": progress, "prefix": prefix,
-               "final_min_time_s": args.min_time, "checkpoint": args.checkpoint and Path(args.checkpoint)}
     try:
+        options = KernelTuneOptions(args.method, args.budget, graph=args.graph, target=args.target, seed=args.seed,
+                                    time_limit_s=args.time_limit, resume=args.resume, final_min_time_s=args.min_time,
+                                    checkpoint=args.checkpoint and Path(args.checkpoint))
         with runner_for(args) as runner:
-            result = tune(spec, args.method, args.budget, spec_path=relative, runner=runner, **options)
+            result = tune(spec, options, spec_path=relative, prefix=prefix, log=log, runner=runner,
+                          on_progress=progress)
     except (RunnerError, ValueError) as error:
         raise CommandError(f"dojo tune: error: {error}") from None
     except KeyboardInterrupt:

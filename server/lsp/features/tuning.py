@@ -39,7 +39,7 @@ def register(server: DojoServer) -> None:
     @server.command(TUNE)
     @cancellable
     async def tune_command(ls: DojoServer, *args: Any) -> dict[str, Any]:
-        from agent.tune import tune  # the search is loaded when it is first asked for
+        from agent.tune import KernelTuneOptions, tune  # the search is loaded when it is first asked for
 
         snapshot, program = await document_of(ls, args, TUNE)
         options = argument(args, 1, dict, TUNE, "an object {method, budget, graph}") or {}
@@ -64,9 +64,9 @@ def register(server: DojoServer) -> None:
 
             def search_in_thread() -> TuneResult:
                 with open_runner(settings) as runner:
-                    return tune(program, method, budget, spec_path=here.name if here else "spec.dojo", graph=graph,
-                                target=settings.target, runner=runner, log=_log_path(here), on_progress=on_progress,
-                                should_stop=stop.is_set)
+                    options = KernelTuneOptions(method, budget, graph=graph, target=settings.target)
+                    return tune(program, options, spec_path=here.name if here else "spec.dojo", log=_log_path(here),
+                                runner=runner, on_progress=on_progress, should_stop=stop.is_set)
 
             search = ls.spawn(asyncio.to_thread(search_in_thread), f"tuning {program.name}")
             try:
