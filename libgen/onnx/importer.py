@@ -5,8 +5,9 @@
     for s in imported.skipped:
         print(s.node, s.op, s.feature, s.detail)
 
-The model is read by model_file.py (`load_model`, within limits.py), its inputs fixed at `input_shapes` (`--input-shape`), each
-Cast to BOOL moved after the moves of its result (select.py's casts_late) and its shapes inferred
+The model is read by model_file.py (`load_model`, within limits.py), its inputs fixed at
+`input_shapes` (`--input-shape`), each Cast to BOOL moved after the moves of its result (select.py's
+casts_late) and its shapes inferred
 (shapes.py: ONNX Runtime's symbolic shape inference). Each node becomes a kernel at its static
 shapes through `catalogue.kernel_for`, a Where or a Cast of a boolean through select.py, which
 computes the booleans of its condition inside its kernel (model.json's `computed_in`); a node that
