@@ -83,6 +83,8 @@ CASES: dict[str, tuple[str, str, tuple[int, ...]]] = {
     "sh-dw-28": ("ShuffleNet", "depthwise 3x3 at 28x28", (136, 136, 28, 3, 1, 1, 136)),
     "sh-dw-s2-56": ("ShuffleNet", "depthwise 3x3 stride 2, 56 -> 28", (112, 112, 56, 3, 2, 1, 112)),
     "sh-dw-s2-14": ("ShuffleNet", "depthwise 3x3 stride 2, 14 -> 7", (272, 272, 14, 3, 2, 1, 272)),
+    "sh-dw-14": ("ShuffleNet", "depthwise 3x3 at 14x14, 136 channels", (136, 136, 14, 3, 1, 1, 136)),
+    "sh-dw-7": ("ShuffleNet", "depthwise 3x3 at 7x7", (272, 272, 7, 3, 1, 1, 272)),
     "sh-fc": ("ShuffleNet", "fully connected 544 -> 1000", (544, 1000)),
 }
 FORMS = ("direct", "imported")  # the Conv's direct form, and the form the import chooses

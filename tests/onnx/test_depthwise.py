@@ -26,6 +26,8 @@ CASES = [
     ((1, 16, 6, 5), (16, 1, 2, 3), {"pads": [0, 1, 1, 0], "dilations": [2, 1]}),
     ((1, 16, 9, 9), (16, 1, 1, 1), {}),  # no padding: the input blocked, not zeroed first
     ((1, 16, 11), (16, 1, 5), {"pads": [2, 2], "strides": [2]}),  # 1-D
+    ((1, 40, 8, 8), (40, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),  # 2 blocks and 8 channels of a third
+    ((1, 24, 5, 5), (24, 1, 3, 3), {"pads": [1, 1, 1, 1]}),  # ShuffleNet's 136 as 8 blocks and a half
 ]
 
 
@@ -44,9 +46,9 @@ def test_depthwise_conv_with_channels_as_lanes_agrees_with_onnx_runtime(x, w, at
 
 @st.composite
 def depthwise_convs(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[int, ...], dict]:
-    """A 2-D depthwise Conv of whole blocks of channels, any kernel, stride, dilation and pads that
+    """A 2-D depthwise Conv of a multiple of 8 channels, any kernel, stride, dilation and pads that
     fit an image whose output rows are short."""
-    channels = 16 * draw(st.integers(1, 3))
+    channels = 8 * draw(st.integers(2, 6))
     taps = [draw(st.integers(1, 4)) for _ in range(2)]
     strides, dilations = [draw(st.integers(1, 3)) for _ in range(2)], [draw(st.integers(1, 2)) for _ in range(2)]
     pads = [draw(st.integers(0, 2)) for _ in range(4)]
@@ -71,7 +73,8 @@ def _window(row: int) -> Window:
     ((272, 1, 3, 3), 272, True, 7, True),
     ((112, 1, 3, 3), 112, True, 14, True),
     ((112, 1, 3, 3), 112, True, 28, False),  # the direct form's rows fill its vectors
-    ((136, 1, 3, 3), 136, True, 7, False),  # 8.5 blocks
+    ((136, 1, 3, 3), 136, True, 14, True),  # 8.5 blocks: the last half is a product of its own
+    ((20, 1, 3, 3), 20, True, 7, False),  # not a multiple of AVX2's vector
     ((64, 2, 3, 3), 32, True, 7, False),  # two input channels a group
     ((32, 1, 3, 3), 32, False, 7, False),  # weights known only when the model runs
 ])
@@ -89,11 +92,19 @@ def test_blocked_weights_put_a_block_of_channels_innermost() -> None:
     assert blocked.flags.c_contiguous
 
 
+def test_blocked_weights_fill_the_last_block_with_zero_channels() -> None:
+    w = normal(24, 1, 3, 3)
+    blocked = blocked_weights(w)
+    assert blocked.shape == (2, 3, 3, 16)
+    assert blocked[1, 2, 0, 7] == w[23, 0, 2, 0] and not blocked[1, :, :, 8:].any()
+
+
 @pytest.mark.parametrize("target", ["native", "x86-avx2"])
 def test_heuristic_schedules_compute_what_the_spec_does(target: str) -> None:
-    """Compiled and run against the reference interpreter: ShuffleNet's stride 2 at a small image."""
-    x, w, attributes = CASES[0]
-    spec = load(_conv(x, w, attributes, bias=True))
-    result = LocalRunner().run(advance(spec, heuristic(spec, get_target(target))), target=target, repeats=1,
-                               spec=spec)
-    assert result.error is None and result.verified, result.error
+    """Compiled and run against the reference interpreter: ShuffleNet's stride 2 at a small image,
+    and 40 channels, whose last block is half of one."""
+    for x, w, attributes in (CASES[0], CASES[5]):
+        spec = load(_conv(x, w, attributes, bias=True))
+        result = LocalRunner().run(advance(spec, heuristic(spec, get_target(target))), target=target, repeats=1,
+                                   spec=spec)
+        assert result.error is None and result.verified, (w, result.error)
