@@ -23,7 +23,7 @@ temporary with the channels innermost and written back to y's layout once, a sma
 product's multiply-adds: the temporary is blocked as the weights are (ONNX Runtime's NCHWc layout),
 so that the pass back reads one block of channels, which stays in cache, at a time.
 
-When B does not divide a group's channels (SqueezeNet's 1000 classes in blocks of 16), zero
+When B does not divide a group's channels (SqueezeNet's 1000 classes in blocks of 32), zero
 channels fill the weights' last block, and that block's channels are a product of their own.
 
 The weights are blocked by B channels so that the vectors that one step of the tile reads are
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 MIN_CHANNELS = 16  # output channels per group: fewer make a vector narrower than AVX-512's
 BLOCKS = (32, 16, 8)  # channels per block of the weights, the widest that divides a group's
-PADDED_BLOCK = 16  # a block that fills AVX-512's vector, to which a group's channels are padded
+PADDED_BLOCKS = (32, 16)  # blocks of whole AVX-512 vectors, to which a group's channels may be padded
 PADDING = 8  # when the zero channels that fill its last block are at most 1/PADDING of the group's
 LONG_ROW = 32  # output positions along a row from which the direct form's vectors are full: it keeps them
 SHORT_ROW = 16  # and under which even a group of channels that no block divides does better here
@@ -69,15 +69,14 @@ def fits(w: Value, group: int, win: Window) -> bool:
 
 def block(channels: int) -> int:
     """Output channels per block of the weights: the widest of BLOCKS that divides `channels`; else
-    PADDED_BLOCK when few zero channels fill the last block (SqueezeNet's 1000 classes: 63 blocks
-    of 16, the last 8 of them zeros, where blocks of 8 would fill half of every vector); else all
-    of them, whose last vector is then a tail of fewer lanes."""
+    the widest of PADDED_BLOCKS whose last block few zero channels fill (SqueezeNet's 1000 classes:
+    32 blocks of 32, the last 24 of them zeros, where blocks of 8 would fill half of every vector);
+    else all of them, whose last vector is then a tail of fewer lanes."""
     widest = next((b for b in BLOCKS if channels % b == 0), None)
-    if widest is not None and widest >= PADDED_BLOCK:
+    if widest is not None and widest >= min(PADDED_BLOCKS):
         return widest
-    if padded(channels, PADDED_BLOCK) - channels <= channels // PADDING:
-        return PADDED_BLOCK
-    return widest or channels
+    filled = (b for b in PADDED_BLOCKS if b <= channels and padded(channels, b) - channels <= channels // PADDING)
+    return next(filled, widest or channels)
 
 
 def padded(channels: int, size: int) -> int:

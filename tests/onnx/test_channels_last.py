@@ -33,7 +33,8 @@ CASES = [
     ((2, 8, 6, 7), (40, 8, 3, 2), {"pads": [1, 0, 2, 1], "dilations": [2, 1]}),  # 40: blocks of 8
     ((1, 8, 5, 5), (68, 4, 1, 1), {"group": 2}),  # ShuffleNet's grouped 1x1: 34 a group, one block of 34
     ((1, 8, 6, 6), (17, 8, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 1]}),  # 17: no block divides
-    ((1, 8, 5, 5), (72, 8, 1, 1), {}),  # 72: 5 blocks of 16, the last half zeros (SqueezeNet's 1000 classes)
+    ((1, 8, 5, 5), (72, 8, 1, 1), {}),  # 72: 5 blocks of 16, the last half zeros
+    ((1, 8, 4, 4), (200, 8, 1, 1), {}),  # 200: 7 blocks of 32, the last 24 zeros (SqueezeNet's 1000 classes)
     ((1, 6, 6, 6), (62, 3, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),  # 31 a group: 2 blocks of 16, one zero
     ((1, 6, 11), (20, 6, 3), {"strides": [2], "pads": [1, 2]}),  # 1-D
     ((1, 4, 4, 5, 6), (16, 4, 2, 3, 3), {"pads": [0, 1, 1, 1, 0, 1], "strides": [1, 2, 2]}),  # 3-D
@@ -80,7 +81,7 @@ def test_blocked_weights_put_each_block_of_output_channels_innermost() -> None:
     assert blocked.flags.c_contiguous
 
 
-@pytest.mark.parametrize("channels, size", [(1000, 16), (72, 16), (31, 16), (40, 8), (24, 8), (34, 34), (64, 32)])
+@pytest.mark.parametrize("channels, size", [(1000, 32), (72, 16), (31, 16), (40, 8), (24, 8), (34, 34), (64, 32)])
 def test_blocks_fill_vectors_with_a_few_zero_channels_rather_than_halve_them(channels: int, size: int) -> None:
     assert block(channels) == size
 
