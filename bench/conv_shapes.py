@@ -12,8 +12,9 @@ heuristic pass, no search); then `dojo model run`'s ModelRunner and one ONNX Run
 node (its default graph optimisations, as many intra-op threads as the cores) are timed in the same
 process, in alternating rounds, holding the runner's whole-machine lock. Every Conv is imported
 twice: as the import writes it (a Conv of constant weights with a vector of output channels a
-group takes libgen/onnx/channels_last.py's form, a 3-row one Winograd's) and in the direct form that
-every Conv had before (channels_last.fits patched to refuse, in the import and the runner alike),
+group takes libgen/onnx/channels_last.py's form, a depthwise one libgen/onnx/depthwise.py's, a
+3-row one Winograd's) and in the direct form that every Conv had before (channels_last.fits and
+depthwise.fits patched to refuse, in the import and the runner alike),
 so that the step is measured in the same run. GFLOP/s count the direct form's multiply-adds (2 per
 tap); the peak is the FMA peak for the target's vectors: the largest of `dojo machine`'s (when its
 vectors are the target's) and two measured at the start and the end of the run. Writes
@@ -45,7 +46,7 @@ from onnx import helper, numpy_helper  # noqa: E402
 
 from bench.onnx_models import dojo, rounds  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
-from libgen.onnx import channels_last  # noqa: E402
+from libgen.onnx import channels_last, depthwise  # noqa: E402
 from libgen.onnx.importer import import_model, write_import  # noqa: E402
 from libgen.onnx.run import ModelRunner, all_cores, cores  # noqa: E402
 from libgen.peers import machine_lock  # noqa: E402
@@ -82,6 +83,8 @@ CASES: dict[str, tuple[str, str, tuple[int, ...]]] = {
     "sh-dw-28": ("ShuffleNet", "depthwise 3x3 at 28x28", (136, 136, 28, 3, 1, 1, 136)),
     "sh-dw-s2-56": ("ShuffleNet", "depthwise 3x3 stride 2, 56 -> 28", (112, 112, 56, 3, 2, 1, 112)),
     "sh-dw-s2-14": ("ShuffleNet", "depthwise 3x3 stride 2, 14 -> 7", (272, 272, 14, 3, 2, 1, 272)),
+    "sh-dw-14": ("ShuffleNet", "depthwise 3x3 at 14x14, 136 channels", (136, 136, 14, 3, 1, 1, 136)),
+    "sh-dw-7": ("ShuffleNet", "depthwise 3x3 at 7x7", (272, 272, 7, 3, 1, 1, 272)),
     "sh-fc": ("ShuffleNet", "fully connected 544 -> 1000", (544, 1000)),
 }
 FORMS = ("direct", "imported")  # the Conv's direct form, and the form the import chooses
@@ -119,7 +122,8 @@ def form(name: str) -> Iterator[None]:
     if name == "imported":
         yield
         return
-    with mock.patch.object(channels_last, "fits", lambda w, group, win: False):
+    with mock.patch.object(channels_last, "fits", lambda w, group, win: False), \
+            mock.patch.object(depthwise, "fits", lambda w, group, win: False):
         yield
 
 
@@ -139,10 +143,14 @@ def library(model: Path, out: Path, form_name: str, target: str) -> tuple[ModelR
 
 
 def kind_of(text: str) -> str:
-    """How a kernel computes its node: Winograd, channels as lanes, the direct form, or a Gemm."""
+    """How a kernel computes its node: Winograd, channels as lanes (depthwise or not), the direct
+    form, or a Gemm."""
     if "kernel gemm(" in text:
         return "Gemm"
-    return "Winograd" if "+= u[" in text else "channels as lanes" if "* wb[" in text else "direct"
+    if "+= u[" in text:
+        return "Winograd"
+    return "depthwise, channels as lanes" if "+= xb[" in text else "channels as lanes" if "* wb[" in text \
+        else "direct"
 
 
 def bench_case(name: str, out: Path, target: str, count: int, repeats: int) -> dict:
@@ -186,9 +194,11 @@ def report(rows: list[dict], peak: float, args: argparse.Namespace, load: tuple[
              f"heuristic --budget 1 --target {args.target}`, then timed by `dojo model run`'s ModelRunner against "
              f"one ONNX Runtime session of the node ({cores()} intra-op threads) in {args.rounds} alternating rounds "
              f"of {args.repeats} calls, under the runner's machine lock. `direct` is every Conv's form before "
-             "libgen/onnx/channels_last.py (output rows as the vector), `imported` the form the import now "
+             "libgen/onnx/channels_last.py and depthwise.py (output rows as the vector), `imported` the form the "
+             "import now "
              "chooses (Winograd for 3-row stride-1 kernels, channels as lanes for constant weights with 16 or more "
-             f"output channels a group, else direct). GFLOP/s count 2 per multiply-add of the direct form; the "
+             "output channels a group or depthwise in blocks of 16 channels, else direct). GFLOP/s count 2 per "
+             "multiply-add of the direct form; the "
              f"FMA peak for {args.target}'s vectors (the largest of `dojo machine`'s and two measured in this run) is "
              f"{peak / 1e9:.0f} GFLOP/s. "
              "`vs ORT` is ONNX Runtime's time over ours paired by round (the median of the rounds' ratios): "

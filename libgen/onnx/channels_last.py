@@ -23,6 +23,9 @@ temporary with the channels innermost and written back to y's layout once, a sma
 product's multiply-adds: the temporary is blocked as the weights are (ONNX Runtime's NCHWc layout),
 so that the pass back reads one block of channels, which stays in cache, at a time.
 
+When B does not divide a group's channels (SqueezeNet's 1000 classes in blocks of 32), zero
+channels fill the weights' last block, and that block's channels are a product of their own.
+
 The weights are blocked by B channels so that the vectors that one step of the tile reads are
 adjacent and a block's are one stream through memory for the prefetcher, where with the channels
 whole they are a whole row of channels apart.
@@ -31,6 +34,8 @@ whole they are a whole row of channels apart.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,6 +47,8 @@ if TYPE_CHECKING:
 
 MIN_CHANNELS = 16  # output channels per group: fewer make a vector narrower than AVX-512's
 BLOCKS = (32, 16, 8)  # channels per block of the weights, the widest that divides a group's
+PADDED_BLOCKS = (32, 16)  # blocks of whole AVX-512 vectors, to which a group's channels may be padded
+PADDING = 8  # when the zero channels that fill its last block are at most 1/PADDING of the group's
 LONG_ROW = 32  # output positions along a row from which the direct form's vectors are full: it keeps them
 SHORT_ROW = 16  # and under which even a group of channels that no block divides does better here
 
@@ -57,21 +64,35 @@ def fits(w: Value, group: int, win: Window) -> bool:
     1.4 ms), at 28 or fewer this one ahead (ResNet's 1x1 at 28x28: 0.42 against 0.51 ms)."""
     per_out, row = w.shape[0] // group, win.outputs[-1]
     return w.constant is not None and w.rank >= 3 and per_out >= MIN_CHANNELS and row < LONG_ROW \
-        and (per_out % BLOCKS[-1] == 0 or row < SHORT_ROW)
+        and (block(per_out) in BLOCKS or row < SHORT_ROW)
 
 
 def block(channels: int) -> int:
-    """Output channels per block of the weights: the widest of BLOCKS that divides `channels`, or
-    all of them, whose last vector is then a tail of fewer lanes."""
-    return next((b for b in BLOCKS if channels % b == 0), channels)
+    """Output channels per block of the weights: the widest of BLOCKS that divides `channels`; else
+    the widest of PADDED_BLOCKS whose last block few zero channels fill (SqueezeNet's 1000 classes:
+    32 blocks of 32, the last 24 of them zeros, where blocks of 8 would fill half of every vector);
+    else all of them, whose last vector is then a tail of fewer lanes."""
+    widest = next((b for b in BLOCKS if channels % b == 0), None)
+    if widest is not None and widest >= min(PADDED_BLOCKS):
+        return widest
+    filled = (b for b in PADDED_BLOCKS if b <= channels and padded(channels, b) - channels <= channels // PADDING)
+    return next(filled, widest or channels)
+
+
+def padded(channels: int, size: int) -> int:
+    """`channels` rounded up to whole blocks of `size`."""
+    return -(-channels // size) * size
 
 
 def blocked_weights(w: np.ndarray, group: int) -> np.ndarray:
-    """wb[g, j, c, k..., l] = w[g*M + j*B + l, c, k...] for M = w's channels per group, B = block(M)."""
+    """wb[g, j, c, k..., l] = w[g*M + j*B + l, c, k...] for M = w's channels per group, B = block(M),
+    and 0 for the channels j*B + l >= M that fill the last block."""
     channels_out, channels_in, *taps = w.shape
     per_out = channels_out // group
     size = block(per_out)
-    grouped = w.reshape(group, per_out // size, size, channels_in, *taps)
+    grouped = w.reshape(group, per_out, channels_in, *taps)
+    grouped = np.pad(grouped, [(0, 0), (0, padded(per_out, size) - per_out)] + [(0, 0)] * (grouped.ndim - 2))
+    grouped = grouped.reshape(group, -1, size, channels_in, *taps)
     return np.ascontiguousarray(np.moveaxis(grouped, 2, -1))
 
 
@@ -86,36 +107,68 @@ def weights(kernel: Kernel, node_name: str, w: Value, group: int) -> Array:
 
 def conv(kernel: Kernel, source: Array, wb: Array, bs: Array | None, ys: Array, win: Window) -> None:
     """The lines of `ys` = Conv(x, w, `bs`) over `win`: `source` is x padded as `win` needs, `wb`
-    w's blocked weights (`weights`)."""
-    batch = ys.shape[0]
-    group, blocks, per_in = wb.shape[:3]
-    size = wb.shape[-1]
+    w's blocked weights (`weights`). When zero channels fill each group's last block, the channels
+    of that block are a product of their own, with vectors of as many lanes: no multiply-add
+    computes a zero channel, and each product's lines stay one nest the heuristic pass can fuse."""
+    per_out, size = ys.shape[1] // wb.shape[0], wb.shape[-1]
+    whole, tail = divmod(per_out, size)
+    for blocks, first, lanes in ((whole, 0, size), (1, whole, tail)):
+        if blocks and lanes:
+            _product(kernel, source, wb, bs, ys, win, _Blocks(wb.shape[0], per_out, size, first, blocks, lanes))
+
+
+@dataclass(frozen=True)
+class _Blocks:
+    """Blocks `first`.. of each group's blocks of `size` channels of the weights, `blocks` of
+    them, and `lanes` channels of each."""
+
+    group: int
+    per_out: int  # output channels a group
+    size: int
+    first: int
+    blocks: int
+    lanes: int
+
+    def loops(self, nest: Nest) -> tuple[str, Callable[[str], str]]:
+        """Open the groups' and the blocks' loops on `nest`: the temporary's block index, and the
+        output channel of a lane's index."""
+        if self.first == 0 and self.per_out == self.blocks * self.lanes:  # the groups' blocks are one loop
+            index = nest.over(self.group * self.blocks)
+            return index, lambda lane: affine([(index, self.lanes), (lane, 1)])
+        g, j = nest.over(self.group), nest.over(self.blocks)
+        return affine([(g, self.blocks), (j, 1)]), \
+            lambda lane: affine([(g, self.per_out), (j, self.size), (lane, 1)], self.first * self.size)
+
+
+def _product(kernel: Kernel, source: Array, wb: Array, bs: Array | None, ys: Array, win: Window,
+             part: _Blocks) -> None:
+    batch, per_in = ys.shape[0], wb.shape[2]
     # a block's positions and lanes in one dimension, so that the pass back reads a row of positions
     # as a vector (strided: one lane of each); the format vectorises along the last dimension only
-    t = kernel.temporary("t", ys.dtype, (batch, group * blocks, math.prod(win.outputs) * size))
-    steps = [math.prod(win.outputs[d + 1:]) * size for d in range(len(win.outputs))]
+    t = kernel.temporary("t", ys.dtype, (batch, part.group * part.blocks, math.prod(win.outputs) * part.lanes))
+    steps = [math.prod(win.outputs[d + 1:]) * part.lanes for d in range(len(win.outputs))]
 
     def at(n: str, block_index: str, positions: list[str], lane: str) -> str:
         return t.at([n, block_index, affine([*zip(positions, steps, strict=True), (lane, 1)])])
 
     init = Nest()
-    n, block_index = init.over(batch), init.over(group * blocks)
-    positions, lane = init.all(win.outputs), init.over(size)
-    channel = affine([(block_index, size), (lane, 1)])
-    kernel.loop(init.sizes, at(n, block_index, positions, lane), "=", bs.at([channel]) if bs else "0")
+    n = init.over(batch)
+    block_index, channel = part.loops(init)
+    positions, lane = init.all(win.outputs), init.over(part.lanes)
+    kernel.loop(init.sizes, at(n, block_index, positions, lane), "=", bs.at([channel(lane)]) if bs else "0")
     line = Nest()
-    n, g, j = line.over(batch), line.over(group), line.over(blocks)
-    positions, lane = line.all(win.outputs), line.over(size)
+    n, g, j = line.over(batch), line.over(part.group), line.over(part.blocks)
+    positions, lane = line.all(win.outputs), line.over(part.lanes)
     c = line.over(per_in)
     taps = line.all(win.kernel)
-    kernel.loop(line.sizes, at(n, affine([(g, blocks), (j, 1)]), positions, lane), "+=",
+    kernel.loop(line.sizes, at(n, affine([(g, part.blocks), (j, 1)]), positions, lane), "+=",
                 f"{source.at([n, affine([(g, per_in), (c, 1)]), *win.reads(positions, taps)])} * "
-                f"{wb.at([g, j, c, *taps, lane])}")
+                f"{wb.at([g, affine([(j, 1)], part.first), c, *taps, lane])}")
     # back along the output's rows, each row's block of channels (in the first-level cache) read whole
     line = Nest()
-    n, block_index = line.over(batch), line.over(group * blocks)
+    n = line.over(batch)
+    block_index, channel = part.loops(line)
     rows = line.all(win.outputs[:-1])
-    lane = line.over(size)
+    lane = line.over(part.lanes)
     positions = [*rows, line.over(win.outputs[-1])]
-    kernel.loop(line.sizes, ys.at([n, affine([(block_index, size), (lane, 1)]), *positions]), "=",
-                at(n, block_index, positions, lane))
+    kernel.loop(line.sizes, ys.at([n, channel(lane), *positions]), "=", at(n, block_index, positions, lane))

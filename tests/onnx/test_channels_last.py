@@ -16,7 +16,7 @@ from codegen.targets import get_target
 from dojo_ir import load
 from dojo_ir.analysis import Analysis
 from dojo_ir.derivation import advance
-from libgen.onnx.channels_last import blocked_weights, fits
+from libgen.onnx.channels_last import block, blocked_weights, fits
 from libgen.onnx.importer import import_model
 from libgen.onnx.nodes import Value
 from libgen.onnx.ops.linear import Window
@@ -33,6 +33,9 @@ CASES = [
     ((2, 8, 6, 7), (40, 8, 3, 2), {"pads": [1, 0, 2, 1], "dilations": [2, 1]}),  # 40: blocks of 8
     ((1, 8, 5, 5), (68, 4, 1, 1), {"group": 2}),  # ShuffleNet's grouped 1x1: 34 a group, one block of 34
     ((1, 8, 6, 6), (17, 8, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 1]}),  # 17: no block divides
+    ((1, 8, 5, 5), (72, 8, 1, 1), {}),  # 72: 5 blocks of 16, the last half zeros
+    ((1, 8, 4, 4), (200, 8, 1, 1), {}),  # 200: 7 blocks of 32, the last 24 zeros (SqueezeNet's 1000 classes)
+    ((1, 6, 6, 6), (62, 3, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),  # 31 a group: 2 blocks of 16, one zero
     ((1, 6, 11), (20, 6, 3), {"strides": [2], "pads": [1, 2]}),  # 1-D
     ((1, 4, 4, 5, 6), (16, 4, 2, 3, 3), {"pads": [0, 1, 1, 1, 0, 1], "strides": [1, 2, 2]}),  # 3-D
 ]
@@ -60,6 +63,8 @@ def _window(row: int) -> Window:
     ((16, 8, 3, 3), 1, False, 7, False),  # weights known only when the model runs: not blocked at import
     ((136, 34, 1, 1), 4, True, 14, True),  # 34 a group, no block divides: a tail, fine at short rows
     ((136, 34, 1, 1), 4, True, 28, False),
+    ((1000, 512, 1, 1), 1, True, 13, True),  # blocks of 16 padded: no tail
+    ((62, 8, 1, 1), 2, True, 28, True),
 ])
 def test_fits_constant_weights_with_a_vector_of_channels_a_group_and_short_rows(w, group: int, constant: bool,
                                                                                 row: int, taken: bool) -> None:
@@ -76,12 +81,25 @@ def test_blocked_weights_put_each_block_of_output_channels_innermost() -> None:
     assert blocked.flags.c_contiguous
 
 
+@pytest.mark.parametrize("channels, size", [(1000, 32), (72, 16), (31, 16), (40, 8), (24, 8), (34, 34), (64, 32)])
+def test_blocks_fill_vectors_with_a_few_zero_channels_rather_than_halve_them(channels: int, size: int) -> None:
+    assert block(channels) == size
+
+
+def test_blocked_weights_fill_the_last_block_with_zero_channels() -> None:
+    w = normal(2 * 31, 3, 1, 1)
+    blocked = blocked_weights(w, group=2)
+    assert blocked.shape == (2, 2, 3, 1, 1, 16)
+    assert blocked[1, 1, 2, 0, 0, 14] == w[31 + 16 + 14, 2, 0, 0]
+    assert not blocked[:, 1, :, :, :, 15].any()
+
+
 @st.composite
 def convs(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[int, ...], dict]:
     """A 2-D Conv with at least a vector of output channels a group, any kernel, stride, dilation
     and pads that fit the image."""
     group = draw(st.integers(1, 3))
-    per_in, per_out = draw(st.integers(1, 5)), draw(st.integers(16, 40))
+    per_in, per_out = draw(st.integers(1, 5)), draw(st.integers(16, 80))
     taps = [draw(st.integers(1, 4)) for _ in range(2)]
     strides, dilations = [draw(st.integers(1, 3)) for _ in range(2)], [draw(st.integers(1, 2)) for _ in range(2)]
     pads = [draw(st.integers(0, 2)) for _ in range(4)]

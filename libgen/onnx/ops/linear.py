@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .. import channels_last, winograd
+from .. import channels_last, depthwise, winograd
 from ..nodes import Array, Kernel, Nest, Node, Unsupported, Value, affine, broadcast, broadcast_shape, number
 from ..registry import operator
 from .layout import expect
@@ -266,6 +266,10 @@ def conv(node: Node) -> Kernel:
     fast = winograd.fits(x, w, win, group)
     lanes = not fast and channels_last.fits(w, group, win)
     xs = kernel.input(x, "x")
+    if not fast and depthwise.fits(w, group, win):
+        wb = depthwise.weights(kernel, node.name, w)
+        depthwise.conv(kernel, xs, wb, kernel.input(b, "b") if b is not None else None, kernel.output(y), win)
+        return kernel
     ws = winograd.weights(kernel, node.name, w) if fast else channels_last.weights(kernel, node.name, w, group) \
         if lanes else kernel.input(w, "w")
     bs = kernel.input(b, "b") if b is not None else None
