@@ -1,4 +1,4 @@
-"""The order of a register-blocked reduction's blocks, from the host's caches (`agent.passes._block`).
+"""The order of a register-blocked reduction's blocks, from the host's caches (`agent.passes.register_tile`).
 
 A blocked reduction `[J/W] [K/KB] [I/R] KB R:u W:u L:v` has three loops of blocks: column blocks (Jo,
 one packed panel of the streamed operand each), blocks of the reduction (Ko) and row blocks (Io, one

@@ -1,8 +1,8 @@
 """The names of the ways to tune, the one list that `dojo tune`, `dojo library build` and the
 editor offer. A module of names only, so that a front door can list them without loading the
-passes or the searches (the agent must work with agent/passes.py absent)."""
+passes or the searches (the agent must work with agent/passes absent)."""
 
-PASSES = ("naive", "greedy", "heuristic")  # agent/passes.py: a program in, moves out
+PASSES = ("naive", "greedy", "heuristic")  # agent/passes: a program in, moves out
 SEARCHES = ("random", "sa")  # agent/search.py: random sampling, simulated annealing
 AGENT = "agent"  # the learned agent (agent/perfllm)
 # Every method, in the order a menu offers them: the first is the one to try first.

@@ -157,7 +157,7 @@ def _broken_why_not(a, move):
 def test_a_bug_in_a_move_surfaces_in_the_passes_and_the_replay(monkeypatch) -> None:
     # Before: `except Exception` took the bug for an illegal move and skipped it silently.
     from agent.evaluate import replay_moves
-    from agent.passes import _State
+    from agent.passes.state import State as _State
 
     monkeypatch.setattr(KINDS["split_scope"], "why_not", _broken_why_not)
     with pytest.raises(ZeroDivisionError):
@@ -168,7 +168,7 @@ def test_a_bug_in_a_move_surfaces_in_the_passes_and_the_replay(monkeypatch) -> N
 
 def test_the_passes_and_the_replay_skip_a_malformed_or_stale_move() -> None:
     from agent.evaluate import replay_moves
-    from agent.passes import _State
+    from agent.passes.state import State as _State
 
     for move in ("split_scope(op=y, depth=0, factor=4, bogus=1)", "split_scope(op=q, depth=0, factor=4)",
                  "split_scope(op=y, depth=0, factor=" + "9" * 5000 + ")", "fuse()"):

@@ -1,0 +1,298 @@
+"""Register tiles: each reduction with rows to reuse its vectors across blocked Goto's way (the
+tile, its tails, the blocks of the reduction and the packed panels; agent.blocking orders them)."""
+
+from __future__ import annotations
+
+from math import prod
+
+from codegen.targets import Target
+from dojo_ir.analysis import Site
+from dojo_ir.tree import Access, Scope
+from runner.roofline import measured_machine
+
+from ..blocking import reduction_outside_columns
+from . import vectorization
+from .state import (
+    STACK_BYTES,
+    STREAMED_LOAD_COST,
+    TAIL_COST,
+    State,
+    balanced,
+    divisors,
+    isolate,
+    last_coef,
+    op_bytes,
+    sites,
+    swap_alone,
+    uses,
+    uses_at,
+    vector_registers,
+)
+
+
+def tile_shape(rows: int, vectors: int, registers: int, per_vector: int = 1, cores: int = 1,
+               in_flight: int = 1) -> tuple[int, int]:
+    """The register tile of a blocked reduction: R of `rows` by W of `vectors` accumulators, whose
+    live values fit in `registers` (`_live_registers`: one more and the compiler spills an
+    accumulator in the inner loop), that loads least per multiply-add: each step loads W vectors
+    of the streamed operand and R broadcasts for R * W updates, and a vector, from the packed
+    panel in the private cache, costs STREAMED_LOAD_COST broadcasts, which come from rows in the
+    first-level cache (so (STREAMED_LOAD_COST / R + 1 / W): a tile 4 rows deep waits on the
+    panel, one 6 rows deep does not). Each side that does not divide its extent counts TAIL_COST
+    more (its tail is a loop nest of its own, with a smaller tile); more accumulators first,
+    then more rows, on a tie. With `cores` above 1 the column blocks (`vectors / W`) are what
+    the cores share, so a tile that shares them out evenly comes first. A core issues a
+    multiply-add only when one of `in_flight` (its FMA latency times its FMA ports,
+    `fma_in_flight`) has finished, so a tile of fewer accumulators waits on them: its cost grows
+    by `in_flight` over its accumulators."""
+    shapes = [(r, w) for r in range(1, min(rows, registers) + 1) for w in range(1, min(vectors, registers) + 1)
+              if _live_registers(r, w, per_vector) <= registers]
+
+    def cost(rw: tuple[int, int]) -> tuple:
+        r, w = rw
+        tails = (rows % r > 0) + (vectors % w > 0)
+        latency = max(1.0, in_flight / (r * w * per_vector))
+        return (cores > 1 and not balanced(vectors // w, cores),  # the tail's block is a loop nest of its own
+                (STREAMED_LOAD_COST / r + 1 / w) * (1 + TAIL_COST * tails) * latency, -r * w, -r)
+
+    return min(shapes, key=cost)
+
+
+def fma_in_flight(target: Target) -> int:
+    """The independent multiply-adds a core must have under way to issue one as often as its FMA
+    ports allow (latency x ports), which no vendor table gives: this machine's, as `dojo machine`
+    measured it (`runner.roofline`), for a C target that runs here without an emulator; 1, no
+    constraint, for any other target or before the machine has been measured (a pass never starts
+    a measurement: it takes seconds and both cores)."""
+    if target.language != "c" or target.launcher or not target.runnable():
+        return 1
+    machine = measured_machine()
+    return 1 if machine is None else machine.fma_in_flight
+
+
+def register_block(state: State, target: Target) -> None:
+    """Register blocking for each vectorised reduction with a row to reuse its vectors across
+    (matmul's i for c[i, j] += a[i, k] * b[k, j], whose b vectors do not depend on i): the
+    scopes become
+
+        [other target scopes] [J/W] [K/KB] [I/R] KB [other reductions] R:u W:u L:v
+
+    an R x W tile of vector accumulators (`tile_shape`, sized to the target's vector registers)
+    updated by every step of the reduction, kept in registers by `accumulate` (or its partial
+    form, when blocks of K outside the rows write the target first), a reduction cut into
+    blocks (`reduction_block`) so that a block's panel of the streamed operand stays in cache
+    while every row block uses it, and that panel packed (`_pack`); [K/KB] outside [J/W], and
+    the slice of the rows' operand that a block of K reads packed, when the private cache holds
+    that slice (`agent.blocking`). Section 4.1's latency-hiding tiling is the case R = W = 4:
+    R x W independent accumulators keep the multiply-add pipeline full. A side of the tile, or
+    of the vectors, that does not divide its scope leaves a tail (`split_scope`), blocked in
+    turn with a tile that fits it. All or nothing per operation. The last operation first: a
+    tail comes after its operation and renames the ones after it, which are then done."""
+    if target.language != "c":
+        return
+    for label in reversed([s.label for s in sites(state)]):
+        block_or_undo(state, label, target)
+
+
+def block_or_undo(state: State, label: str, target: Target) -> None:
+    mark = state.mark()
+    if not _block(state, label, target):
+        state.undo(mark)
+
+
+def _block(state: State, label: str, target: Target) -> bool:
+    site = state.analysis.by_label.get(label)
+    if site is None or len(site.chain) < 2 or site.op.reduction is None:
+        return False
+    split = (_vectorized_tail(site) if site.chain[-1].kind == "v"
+             else vectorization.vectorize_lanes(state, label, target))
+    if split is None or not isolate(state, label):
+        return False
+    site = state.analysis.by_label[label]
+    chain, op = site.chain, site.op
+    n = len(chain)
+    roles = [f"s{d}" for d in range(n)]
+    roles[n - 1] = "L"
+    if split:
+        roles[n - 2] = "J"
+    lanes_read = [r for r in op.reads if uses(r, n - 1)]
+    broadcast = [r for r in op.reads if not uses(r, n - 1)]
+    rows = [d for d in range(n - 1) if roles[d] != "J" and not chain[d].kind and uses(op.target, d)
+            and not any(uses(r, d) for r in lanes_read) and any(uses(r, d) for r in broadcast)]
+    reductions = [d for d in range(n) if not uses(op.target, d)]
+    per_vector = vector_registers(chain[-1].size, op_bytes(state.program, op), target)
+    if not rows or not reductions or any(chain[d].kind for d in reductions) \
+            or _live_registers(1, 1, per_vector) > target.vector_registers:  # not even one vector fits
+        return True  # vectorised, and no tile of accumulators to keep in registers
+    row, longest = rows[-1], max(reductions, key=lambda d: chain[d].size)
+    outer = [chain[d].size for d in range(n - 1) if roles[d].startswith("s") and d != row and d not in reductions]
+    sharing = 1 if any(balanced(size, target.cores) for size in outer if size > 1) else target.cores
+    r, w = tile_shape(chain[row].size, chain[n - 2].size if split else 1, target.vector_registers, per_vector,
+                      sharing, fma_in_flight(target))
+    panel_row = w * chain[-1].size * op_bytes(state.program, op)  # one step's vectors of the streamed operand
+    block = reduction_block(chain[longest].size, panel_row, target)
+    roles[row], roles[longest] = "I", "K"
+    for d in reductions:
+        if d != longest:
+            roles[d] = f"r{d}"
+    inner = ["Kt"] + [roles[d] for d in reductions if d != longest]
+    for role, size in (("J", w), ("I", r), ("K", block)):
+        if role not in roles:
+            continue
+        depth = roles.index(role)
+        if size == state.analysis.by_label[label].chain[depth].size:
+            roles[depth] = role + "t"
+            continue
+        if size == 1:  # a tile one row deep (a wide vector fills the registers): the scope stays whole
+            roles[depth] = role + "o"
+            continue
+        if not vectorization.split_and_block_tail(state, label, depth, size, target):
+            return False
+        roles[depth: depth + 1] = [role + "o", role + "t"]
+    blocks = ("Jo", "Ko", "Io")
+    if "Jo" in roles and "Ko" in roles \
+            and reduction_outside_columns(chain[row].size * block * op_bytes(state.program, op), target):
+        blocks = ("Ko", "Jo", "Io")
+    tile = [x for x in ("It", "Jt", "L") if x in roles]
+    wanted = [x for x in roles if x.startswith("s") and x not in inner]
+    wanted += [x for x in blocks if x in roles] + inner + tile
+    for position, role in enumerate(wanted):
+        at = roles.index(role)
+        for depth in range(at - 1, position - 1, -1):  # bubble it out to `position`
+            if not swap_alone(state, label, depth):
+                return False
+            roles[depth], roles[depth + 1] = roles[depth + 1], roles[depth]
+    for role in tile[:-1]:
+        depth = roles.index(role)
+        if state.analysis.by_label[label].chain[depth].size > 1 \
+                and not state.play(f"unroll_scope(op={label}, depth={depth})"):
+            return False
+    reduce_at = roles.index("Kt")
+    target_before, root = state.analysis.by_label[label].op.target, state.analysis.by_label[label].path[0]
+    chain = state.analysis.by_label[label].chain
+    if not (state.play(f"accumulate(op={label}, depth={reduce_at})")
+            or state.play(f"accumulate_partial(op={label}, depth={reduce_at})")):
+        return False
+    if "Ko" not in roles:  # blocks of K outside the rows: the target's first values must come first
+        mark = state.mark()
+        if not _fuse_init(state, root, target_before, roles, chain, target):
+            state.undo(mark)
+    # a slice on the heap is shared: only when no thread runs outside the blocks of K
+    slices = broadcast if blocks[0] == "Ko" and not any(size > 1 for size in outer) else []
+    _pack_operands(state, roles, chain, lanes_read, slices, target)
+    return True
+
+
+def _pack_operands(state: State, roles: list[str], chain: tuple[Scope, ...], panels: list[Access],
+                   slices: list[Access], target: Target) -> None:
+    """Pack the panels of the streamed operand (`panels`) that the row blocks reuse, and the slices
+    of the broadcast operand (`slices`) that the column blocks inside the blocks of K reuse."""
+    rows_at = roles.index("Io") if "Io" in roles else 0
+    if rows_at > 0 and chain[rows_at].size > 1:  # a panel reused by row blocks, and only part of the operand
+        for array in dict.fromkeys(r.array for r in panels):
+            _pack(state, array, rows_at, chain[rows_at].size, target)
+    columns_at = roles.index("Jo") if "Jo" in roles else 0
+    for array in dict.fromkeys(r.array for r in slices):
+        _pack(state, array, columns_at, chain[columns_at].size, target, shared=True)
+
+
+def _live_registers(rows: int, vectors: int, per_vector: int) -> int:
+    """The registers an R x W tile's step keeps live, each vector taking `per_vector`: the R * W
+    accumulators, the broadcast, and the W vectors of the streamed operand, which every row
+    reuses (with one row, each is used once, so only the piece being multiplied is live)."""
+    streamed = vectors * per_vector if rows > 1 else 1
+    return rows * vectors * per_vector + streamed + 1
+
+
+def reduction_block(steps: int, panel_row_bytes: int, target: Target) -> int:
+    """Reduction steps per block of a register-blocked reduction: the most that divide `steps` and
+    keep the block's panel of the streamed operand (`panel_row_bytes` per step) small enough to
+    pack onto a thread's stack (`_pack`) and within half of a core's private cache, so that every
+    row block reads it from there (the other half is for the rows' operand and the output). As
+    few blocks as that allows: each block adds a pass over the output's tile."""
+    fits = min(STACK_BYTES, target.caches.private // 2) // max(1, panel_row_bytes)
+    return max(divisors(steps, max(1, fits)))
+
+
+def _pack(state: State, array: str, depth: int, rows: int, target: Target, shared: bool = False) -> None:
+    """Pack the panel of `array` that a blocked reduction's scope of `rows` row blocks, at `depth`,
+    reads (`stage_reads`) into a contiguous temporary on each thread's stack, copied with
+    vectors: the rows of a matrix's panel lie a whole matrix row apart, a power of two for the
+    library's shapes, so they fall into the same few cache sets and evict each other; packed,
+    they are one stream. Left as it was when the panel is whole rows of the operand (nothing to
+    gain) or does not fit the stack (then it stays in the private cache unpacked). A `shared` slice,
+    copied before a scope of blocks that the threads share and read by all of them, stays on the
+    heap, whatever its size."""
+    site = next((s for s in sites(state) if s.op.reduction is not None and len(s.chain) > depth
+                 and s.chain[depth].size == rows and any(r.array == array for r in s.op.reads)), None)
+    if site is None:
+        return
+    mark = state.mark()
+    names = {b.name for b in state.program.buffers}
+    if state.play(f"stage_reads(op={site.label}, depth={depth}, buffer={array})"):
+        packed = next(b for b in state.program.buffers if b.name not in names)
+        copy = next(s.label for s in sites(state) if s.op.target.array == packed.name)
+        narrower = packed.dims[-1].size < state.program.buffer_of[array].dims[-1].size  # else the same rows
+        if narrower and (shared or state.play(f"set_location(buffer={packed.name}, location=stack)")) \
+                and vectorization.vectorize_innermost(state, copy, target) is not None:
+            return
+    state.undo(mark)
+
+
+def _fuse_init(state: State, root: int, target: Access, roles: list[str], chain: tuple[Scope, ...],
+               facts: Target) -> bool:
+    """Move the operation that sets a blocked reduction's target (`c[...] = 0`, the loop nest just
+    before the reduction's, at `root`) into the reduction's nest, just before the tile's load: its
+    nest is split and ordered as the reduction's outer scopes and fused with them (`join_scopes`),
+    so that each tile is set while it is in cache instead of in a pass over the whole array. The
+    reduction's scopes are `roles` (`_block`'s names) of sizes `chain`; `target` is its target."""
+    if root == 0:
+        return False
+    init = state.analysis.first_site((root - 1,))
+    if init.op.assign != "=" or init.op.target.array != target.array or len(init.path) != len(init.chain) + 1 \
+            or any(len(scope.body) != 1 for scope in init.chain):
+        return False
+    # the roles of the reduction's scopes along each dimension of the target, outermost first
+    along = [[d for d in range(len(chain)) if uses_at(target, p, d)] for p in range(len(target.index))]
+    init_roles: list[str] = []
+    for depth in range(len(init.chain)):
+        dims = [p for p in range(len(target.index)) if uses_at(init.op.target, p, depth)]
+        if len(dims) != 1 or not along[dims[0]]:
+            return False
+        parts = along[dims[0]]
+        sizes = [chain[d].size for d in parts]
+        if prod(sizes) != state.analysis.by_label[init.label].chain[len(init_roles)].size:
+            return False
+        for k in range(len(parts) - 1):  # [N] -> [s1, s2 * s3] -> [s1, s2, s3]
+            depth_k = len(init_roles) + k
+            if not state.play(f"split_scope(op={init.label}, depth={depth_k}, factor={prod(sizes[k + 1:])})"):
+                return False
+        init_roles += [roles[d] for d in parts]
+    order = [r for r in roles if r in init_roles]
+    for position, role in enumerate(order):
+        at = init_roles.index(role)
+        for depth in range(at - 1, position - 1, -1):
+            if not state.play(f"swap_scopes(op={init.label}, depth={depth})"):
+                return False
+            init_roles[depth], init_roles[depth + 1] = init_roles[depth + 1], init_roles[depth]
+    outer = roles[:roles.index("Kt")]
+    if init_roles[:len(outer)] != outer:
+        return False
+    for depth in range(len(outer)):
+        if not state.play(f"join_scopes(op={init.label}, depth={depth})"):
+            return False
+    for role in init_roles[len(outer):-1]:
+        if not state.play(f"unroll_scope(op={init.label}, depth={init_roles.index(role)})"):
+            return False
+    return vectorization.vectorize_innermost(state, init.label, facts) is not None
+
+
+def _vectorized_tail(site: Site) -> bool | None:
+    """For a tail that a split of a blocked reduction left (its lanes already vectorised): whether
+    the scope around its lanes counts vectors of them, as a split by the lane count makes it; None
+    when the vectorised scope is not along the target's last dimension."""
+    lanes_at = len(site.chain) - 1
+    if last_coef(site.op.target, lanes_at) != 1:
+        return None
+    return lanes_at > 0 and not site.chain[lanes_at - 1].kind \
+        and last_coef(site.op.target, lanes_at - 1) == site.chain[lanes_at].size
