@@ -104,8 +104,7 @@ def _block(state: State, label: str, target: Target) -> bool:
     site = state.analysis.by_label.get(label)
     if site is None or len(site.chain) < 2 or site.op.reduction is None:
         return False
-    split = (_vectorized_tail(site) if site.chain[-1].kind == "v"
-             else vectorization.vectorize_lanes(state, label, target))
+    split = vectorization.vectorize_lanes(state, label, target) if site.chain[-1].kind != "v" else _vectorized_tail(site)
     if split is None or not isolate(state, label):
         return False
     site = state.analysis.by_label[label]
