@@ -100,11 +100,19 @@ def block_or_undo(state: State, label: str, target: Target) -> None:
         state.undo(mark)
 
 
+def _lanes_split(state: State, site: Site, target: Target) -> bool | None:
+    """Whether the reduction's vectorised row left a tail (None: it cannot be vectorised), vectorising
+    it first when it is not."""
+    if site.chain[-1].kind == "v":
+        return _vectorized_tail(site)
+    return vectorization.vectorize_lanes(state, site.label, target)
+
+
 def _block(state: State, label: str, target: Target) -> bool:
     site = state.analysis.by_label.get(label)
     if site is None or len(site.chain) < 2 or site.op.reduction is None:
         return False
-    split = vectorization.vectorize_lanes(state, label, target) if site.chain[-1].kind != "v" else _vectorized_tail(site)
+    split = _lanes_split(state, site, target)
     if split is None or not isolate(state, label):
         return False
     site = state.analysis.by_label[label]
