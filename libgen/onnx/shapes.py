@@ -94,11 +94,12 @@ def _shown(dim: onnx.TensorShapeProto.Dimension) -> str:
 
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` with the shapes of its values in graph.value_info: ONNX Runtime's symbolic shape
-    inference where it runs, else onnx's (which raises onnx's errors for an invalid model)."""
+    inference where it runs, then onnx's (which raises onnx's errors for an invalid model)."""
     inferred = _symbolic(model)
-    if inferred is not None:
-        return inferred
-    return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    # onnx's after ONNX Runtime's: where ONNX Runtime's stops short (a Dropout's mask of opset 9 left
+    # SqueezeNet's classifier without shapes), onnx's fills in what it can from the shapes it was given
+    return onnx.shape_inference.infer_shapes(model if inferred is None else inferred, strict_mode=False,
+                                             data_prop=True)
 
 
 def _symbolic(model: onnx.ModelProto) -> onnx.ModelProto | None:
