@@ -13,7 +13,7 @@ from runner.files import write_arrays
 
 from .model_profile import add_profile_parser, read_feeds
 from .model_tune import add_tune_parser
-from .shared import CommandError, add_input_shape_option, input_shapes
+from .shared import CommandError, add_model_import_options, input_shapes
 
 
 def add_to(commands: argparse._SubParsersAction) -> None:
@@ -27,11 +27,7 @@ def add_to(commands: argparse._SubParsersAction) -> None:
                       "library, so give only one you built or trust (docs/library.md)")
     run_.add_argument("--inputs", required=True, metavar="IN.npz", help="the model's inputs, by name (numpy.savez)")
     run_.add_argument("--out", "-o", required=True, metavar="OUT.npz", help="where to write the model's outputs")
-    fusing = run_.add_mutually_exclusive_group()
-    fusing.add_argument("--fuse", action="store_true", default=None, help="the model as `dojo import --fuse` imports "
-                        "it (default: the import, fused or not, whose kernels the library holds more of)")
-    fusing.add_argument("--no-fuse", action="store_false", dest="fuse", help="the model as `dojo import` imports it")
-    add_input_shape_option(run_)
+    add_model_import_options(run_)
     run_.add_argument("--json", action="store_true", help="where each node ran, as JSON")
     run_.set_defaults(run=cmd_model_run)
     add_profile_parser(model_commands)

@@ -11,7 +11,7 @@ import numpy as np
 
 from runner.files import read_arrays
 
-from .shared import CommandError, add_input_shape_option, input_shapes
+from .shared import CommandError, add_model_import_options, input_shapes
 
 
 def add_profile_parser(model_commands: argparse._SubParsersAction) -> None:
@@ -26,11 +26,7 @@ def add_profile_parser(model_commands: argparse._SubParsersAction) -> None:
                        "standard normal, integers and booleans 0 or 1 (default: 0)")
     profile.add_argument("--repeats", type=int, default=20, metavar="N", help="timed runs, after one warm-up run; "
                          "each time is the median (default: 20)")
-    fusing = profile.add_mutually_exclusive_group()
-    fusing.add_argument("--fuse", action="store_true", default=None, help="the model as `dojo import --fuse` imports "
-                        "it (default: the import, fused or not, whose kernels the library holds more of)")
-    fusing.add_argument("--no-fuse", action="store_false", dest="fuse", help="the model as `dojo import` imports it")
-    add_input_shape_option(profile)
+    add_model_import_options(profile)
     profile.add_argument("--json", action="store_true", help="the profile as JSON")
     profile.set_defaults(run=cmd_model_profile)
 

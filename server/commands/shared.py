@@ -86,6 +86,16 @@ def add_input_shape_option(parser: argparse.ArgumentParser) -> None:
                         "of input NAME (its symbolic dimensions), as given to `dojo import`; repeatable")
 
 
+def add_model_import_options(parser: argparse.ArgumentParser) -> None:
+    """How a command that runs a model on its library imports it again: `--fuse` or `--no-fuse`
+    (default: the import whose kernels the library holds more of) and `--input-shape`."""
+    fusing = parser.add_mutually_exclusive_group()
+    fusing.add_argument("--fuse", action="store_true", default=None, help="the model as `dojo import --fuse` imports "
+                        "it (default: the import, fused or not, whose kernels the library holds more of)")
+    fusing.add_argument("--no-fuse", action="store_false", dest="fuse", help="the model as `dojo import` imports it")
+    add_input_shape_option(parser)
+
+
 def input_shapes(args: argparse.Namespace, command: str) -> dict[str, tuple[int, ...]]:
     """The shapes `--input-shape` gives, or a CommandError of `dojo COMMAND` saying what is wrong."""
     from libgen.onnx.shapes import ShapeError, parse_input_shapes  # onnx loads only for the model commands
