@@ -16,7 +16,10 @@ def align_for_fusion(state: State, target: Target) -> None:
     batchnorm's normalisation `n c h w` becomes `c n h w` and joins the per-channel statistics,
     reading each channel while it is still in cache. Not when the fused scope, the one the
     threads would share, has too few iterations to keep the target's cores evenly busy (3
-    channels on 2 cores)."""
+    channels on 2 cores). Never the innermost scope: brought out, it turns every access along a
+    row into a strided one and leaves nothing to vectorise (a convolution's bias written into its
+    channels-innermost accumulator, `t[.., w*32 + c] = b[c]`, joined to the 32 channels of the
+    padding before it: a scalar store a cache line apart each, 32 times over the buffer)."""
     for index in range(1, len(state.program.body)):
         before, nest = state.program.body[index - 1], state.program.body[index]
         if not isinstance(before, Scope) or not isinstance(nest, Scope) or before.size == nest.size \
@@ -24,7 +27,7 @@ def align_for_fusion(state: State, target: Target) -> None:
             continue
         site = state.analysis.first_site((index,))
         perfect = next((d for d, scope in enumerate(site.chain) if len(scope.body) != 1), len(site.chain) - 1)
-        match = next((d for d in range(1, perfect + 1) if site.chain[d].size == before.size
+        match = next((d for d in range(1, min(perfect + 1, len(site.chain) - 1)) if site.chain[d].size == before.size
                       and not site.chain[d].kind), None)
         if match is not None:
             state.play_all([f"swap_scopes(op={site.label}, depth={d})" for d in range(match - 1, -1, -1)])

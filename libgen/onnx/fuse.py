@@ -255,7 +255,7 @@ def join(members: Sequence[tuple[Node, Kernel]], needed: Collection[str]) -> Ker
         fused.lines.extend(_ACCESS.sub(lambda m, r=renamed: f"{r[m.group(1)]}[", line) for line in kernel.lines)
     while any(_fold(fused, temporary) for temporary in list(fused.temporaries)):
         pass  # again: a product's result, having become a bias's sum, may be the next Add's operand
-    while any(_inline(fused, temporary) for temporary in list(fused.temporaries)):
+    while any(_inline(fused, temporary) or _push(fused, temporary) for temporary in list(fused.temporaries)):
         pass  # again: a value read by several lines that have become one is written into it too
     return fused
 
@@ -341,6 +341,56 @@ def _inline(kernel: Kernel, temporary: Array) -> bool:
         return False
     kernel.lines[r] = kernel.lines[r][:reader.start("expression")] + expression
     del kernel.lines[w]
+    kernel.temporaries.remove(temporary)
+    return True
+
+
+def _push(kernel: Kernel, temporary: Array) -> bool:
+    """Write the one line that reads `temporary` elementwise, `z = f(t)`, into each of the plain
+    lines that write t, when no single line writes it whole (`_inline` does that): a Winograd
+    convolution's four rows of outputs, or a write-back from a blocked accumulator, each becomes
+    `z[i] = f(e)`. A convolution's Relu, bias or residual is then applied as its results are
+    written, where a loop nest after the product would read them all back. Only when the reader
+    reads nothing of t's but each element at its own position and covers z whole, z is t's shape
+    and dtype, no writer reads t or z, and nothing from the first writer to the reader writes what
+    f reads or touches z. Whether it did."""
+    lines = [_LINE.fullmatch(text) for text in kernel.lines]
+    if None in lines:
+        return False
+    writers = [i for i, line in enumerate(lines) if line["array"] == temporary.name]
+    readers = [i for i, line in enumerate(lines) if _reads(line["expression"], temporary.name)]
+    if not writers or len(readers) != 1 or readers[0] <= writers[-1]:
+        return False
+    (r,), rank = readers, len(temporary.shape)
+    reader = lines[r]
+    target = next(a for a in kernel.arrays if a.name == reader["array"])
+    wholes = {f"{temporary.name}[{','.join(index)}]" for index in (loops(rank), broadcast(temporary.shape,
+                                                                                        loops(rank)))}
+    parts = re.split(r"(?<![\w])(" + "|".join(map(re.escape, wholes)) + ")", reader["expression"])
+    operands = parts[::2]
+    if (reader["assign"] != "=" or _sizes(reader) != temporary.shape or _indices(reader["indices"]) != loops(rank)
+            or (target.shape, target.dtype) != (temporary.shape, temporary.dtype)
+            or any(_reads(part, temporary.name) for part in operands)):
+        return False
+    read = {m.group(1) for part in operands for m in _ACCESS.finditer(part)}
+    if any(lines[w]["assign"] != "=" or _reads(lines[w]["expression"], temporary.name)
+           or _reads(lines[w]["expression"], target.name) for w in writers) \
+            or any(lines[i]["array"] in read | {target.name} or _reads(lines[i]["expression"], target.name)
+                   for i in range(writers[0], r)):
+        return False
+    written = {}
+    for w in writers:
+        line, indices = lines[w], _indices(lines[w]["indices"])
+        value = line["expression"] if " " not in line["expression"] else f"({line['expression']})"
+        expression = "".join(value if k % 2 else
+                             re.sub(r"\{(\d+)\}", lambda d, i=indices: _operand(i[int(d.group(1))]), part)
+                             for k, part in enumerate(parts))
+        if len(expression) > _MAX_EXPRESSION:
+            return False
+        written[w] = f"{line['sizes']}{target.name}[{line['indices']}] = {expression}"
+    for w, text in written.items():
+        kernel.lines[w] = text
+    del kernel.lines[r]
     kernel.temporaries.remove(temporary)
     return True
 

@@ -64,12 +64,19 @@ AT = ((1, 1, 1, 1, 1, 0),
       (0, 1, -1, 8, -8, 1))
 MIN_REDUCTION = 16  # input channels x column taps, and output channels x column taps
 MAX_WORK = 0.75  # the matrix product's multiply-adds over the direct form's, at most
+# input channels from which it beats channels as lanes (channels_last.py) where that form fits too:
+# its product tiles one row of positions, a weaker tile than the lanes' that its halved
+# multiply-adds repay only over long reductions. Heuristic pass, AVX-512 Xeon, one node each
+# (bench/conv_shapes.py): at 32-64 channels the lanes' form took 0.50-0.87 of its time
+# (SqueezeNet's 3x3 expands at 27x27 and 13x13), at 128 it took 1.2x (ResNet-50's at 28x28)
+MIN_CHANNELS_BESIDE_LANES = 128
 FLOATS = ("f32", "f64")
 
 
-def fits(x: Value, w: Value, win: Window, group: int) -> bool:
+def fits(x: Value, w: Value, win: Window, group: int, lanes: bool = False) -> bool:
     """Whether the Conv of `x` by the constant `w` over `win` is computed this way: 2-D, one group,
-    three rows of taps at stride and dilation 1, a float dtype, long reductions, few wasted rows."""
+    three rows of taps at stride and dilation 1, a float dtype, long reductions, few wasted rows;
+    and, where channels as lanes would compute it too (`lanes`), enough input channels."""
     if w.constant is None or x.rank != 4 or group != 1 or x.dtype not in FLOATS or win.kernel[0] != TAPS \
             or win.strides[0] != 1 or win.dilations[0] != 1:
         return False
@@ -77,7 +84,7 @@ def fits(x: Value, w: Value, win: Window, group: int) -> bool:
     rows = win.outputs[0]
     tiles = -(-rows // ROWS)
     return channels_in * columns >= MIN_REDUCTION and channels_out * columns >= MIN_REDUCTION \
-        and POINTS * tiles <= MAX_WORK * TAPS * rows
+        and POINTS * tiles <= MAX_WORK * TAPS * rows and (not lanes or channels_in >= MIN_CHANNELS_BESIDE_LANES)
 
 
 def transformed_weights(w: np.ndarray) -> np.ndarray:

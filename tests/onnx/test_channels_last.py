@@ -146,6 +146,20 @@ def test_heuristic_schedules_compute_what_the_spec_does(target: str) -> None:
         assert result.error is None and result.verified, (w, result.error)
 
 
+def test_heuristic_keeps_the_start_of_the_blocked_temporary_vectorised_and_the_padding_on_the_cores() -> None:
+    """32 input and 32 output channels: the padding's nest and the start of the blocked
+    temporary (channels innermost) once had a scope of 32 in common; fusion brought the bias's
+    channels outermost to join them, which left every store of the bias scalar, a cache line apart,
+    and the padding's threads started 32 times over (half the kernel's time at 27x27)."""
+    spec = load(_kernel((1, 32, 13, 13), (32, 32, 3, 3), {"pads": [1, 1, 1, 1]}))
+    program = advance(spec, heuristic(spec, get_target("x86-avx512")))
+    sites = Analysis(program).sites
+    start = next(s for s in sites if s.op.target.array == "t" and not s.op.reads)  # t = 0
+    assert start.chain[-1].kind == "v"
+    for padding in (s for s in sites if s.op.target.array == "x_padded"):
+        assert padding.chain[0].kind == "p"
+
+
 def test_heuristic_vectorizes_the_pass_back_along_rows_the_lanes_do_not_divide() -> None:
     """The write back to y's layout, alone to write y, along rows of 28 for AVX2 (3 vectors of 8 and
     a tail of 4): the split that leaves the tail renames the operation (`y` becomes `y#1`), which

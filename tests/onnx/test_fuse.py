@@ -355,3 +355,47 @@ def test_a_product_read_elsewhere_is_not_followed_nor_one_broadcast_by_its_add_f
     fused = assert_fusion_keeps_results(broadcast_result, feeds, ["s"])
     ((_, kernel),) = fused
     assert len(kernel.lines) == 3 and kernel.lines[-1].startswith("3 5 y[") and "matmul_y[0,{1}]" in kernel.lines[-1]
+
+
+def _rows_then(reader: str, between: Callable[[Kernel, dict], None] | None = None) -> Kernel:
+    """`t`'s even and odd elements written by two lines, as a Winograd convolution writes its rows,
+    then `u = reader(t, r, m)`, joined."""
+    kernel = Kernel("k")
+    arrays = {"x": kernel.input(value("x", 4)), "r": kernel.input(value("r", 4)),
+              "u": kernel.output(value("u", 4), "u"), "t": kernel.temporary("t", "f32", (4,)),
+              "m": kernel.temporary("m", "f32", (4,))}
+    x, t = arrays["x"], arrays["t"]
+    kernel.loop([4], arrays["m"].at(["{0}"]), "=", f"{x.at(['{0}'])} + 1")
+    kernel.loop([2], t.at(["{0}*2"]), "=", f"{x.at(['{0}*2'])} * 3")
+    kernel.loop([2], t.at(["{0}*2+1"]), "=", f"{x.at(['{0}*2+1'])} - 1")
+    if between:
+        between(kernel, arrays)
+    kernel.loop([4], arrays["u"].at(["{0}"]), "=", reader.format(**{k: a.at(["{0}"]) for k, a in arrays.items()}))
+    return join([(node("K", [value("x", 4), value("r", 4)], value("u", 4)), kernel)], ["u"])
+
+
+def _interpreted(kernel: Kernel) -> np.ndarray:
+    x, r = np.array([1, -2, 3, -4], np.float32), np.array([0.5, 1, -7, 2], np.float32)
+    return interpret(load(kernel.render()), {"x": x, "x2": r})["u"]
+
+
+def test_an_elementwise_line_is_written_into_each_line_that_writes_its_operand_in_parts() -> None:
+    """A convolution's Relu and residual after a Winograd product, whose rows four lines write: each
+    of those lines applies them as it writes, and no loop nest reads the result back."""
+    fused = _rows_then("max({t} + {r} * {m}, 0)")
+    assert [a.name for a in fused.temporaries] == ["k_m"] and len(fused.lines) == 3
+    assert fused.lines[1] == "2 u[{0}*2] = max((x[{0}*2] * 3) + x2[({0}*2)] * k_m[({0}*2)], 0)"
+    assert fused.lines[2] == "2 u[{0}*2+1] = max((x[{0}*2+1] - 1) + x2[({0}*2+1)] * k_m[({0}*2+1)], 0)"
+    x, r = np.array([1, -2, 3, -4], np.float32), np.array([0.5, 1, -7, 2], np.float32)
+    t = np.where(np.arange(4) % 2 == 0, x * 3, x - 1)
+    np.testing.assert_array_equal(_interpreted(fused), np.maximum(t + r * (x + 1), 0))
+
+
+def test_an_elementwise_line_stays_after_the_writes_when_what_it_reads_changes_between() -> None:
+    def overwrite(kernel: Kernel, arrays: dict) -> None:
+        kernel.loop([4], arrays["m"].at(["{0}"]), "=", "2")
+
+    fused = _rows_then("{t} * {m}", overwrite)
+    assert [a.name for a in fused.temporaries] == ["k_t", "k_m"] and fused.lines[-1] == "4 u[{0}] = k_t[{0}] * k_m[{0}]"
+    x = np.array([1, -2, 3, -4], np.float32)
+    np.testing.assert_array_equal(_interpreted(fused), np.where(np.arange(4) % 2 == 0, x * 3, x - 1) * 2)

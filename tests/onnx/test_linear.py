@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx import helper, numpy_helper
 
 from dojo_ir import interpret, load
 from libgen.onnx.catalogue import kernel_for
+from libgen.onnx.importer import import_model
 from libgen.onnx.nodes import Node, Unsupported, Value
 from tests.onnx.single_node import OPSET, check_node, node_of, normal, run_ort, single_node_model
+from tests.onnx.test_importer import assert_calls_match_ort, model, tensor
 
 
 @pytest.mark.parametrize("a, b", [
@@ -113,7 +116,7 @@ def test_conv_reads_its_input_directly_without_pads() -> None:
 WINOGRAD = [
     # x, w, attributes: 3-row convolutions of constant weights and long enough reductions, which the
     # import computes by Winograd's F(4, 3) along the rows
-    ((2, 16, 16, 16), (32, 16, 3, 3), {"pads": [1, 1, 1, 1]}),  # the conv block's second
+    ((2, 128, 14, 14), (32, 128, 3, 3), {"pads": [1, 1, 1, 1]}),  # short rows, but input channels enough
     ((1, 6, 9, 11), (6, 6, 3, 3), {"pads": [1, 0, 2, 1]}),  # 10 rows: a last tile of 2, asymmetric pads
     ((1, 8, 11, 13), (6, 8, 3, 3), {"strides": [1, 2], "dilations": [1, 2], "pads": [1, 1, 1, 1]}),
     ((1, 4, 10, 9), (4, 4, 3, 5), {"pads": [0, 2, 0, 2]}),  # 5 column taps, no row padding
@@ -162,6 +165,29 @@ def test_conv_by_winograd_in_f64_is_the_direct_sum(x: tuple[int, ...], w: tuple[
 def test_conv_stays_direct_where_winograd_does_not_pay_or_apply(x, w, attributes, constants) -> None:
     text = check_node("Conv", {"x": normal(*x), "w": normal(*w, seed=1)}, attributes, constants=constants)
     assert "u[" not in text and "+= x" in text
+
+
+@pytest.mark.parametrize("channels_in, form", [(32, "* wb["), (64, "* wb["), (128, "+= u[")])
+def test_short_rows_take_channels_as_lanes_unless_the_reduction_repays_winograd(channels_in: int, form: str) -> None:
+    """SqueezeNet's 3x3 expands (32-64 input channels, rows of 27 and 13) run faster with channels
+    as lanes; ResNet-50's (128 and more) by Winograd."""
+    x, w = normal(1, channels_in, 13, 13), normal(32, channels_in, 3, 3, seed=1) / np.float32(3 * channels_in ** 0.5)
+    text = check_node("Conv", {"x": x, "w": w}, {"pads": [1, 1, 1, 1]}, constants=("w",))
+    assert form in text
+
+
+def test_a_winograd_convolutions_relu_is_applied_as_its_rows_are_written() -> None:
+    """`--fuse`: Conv (rows of 34, by Winograd) then Relu is one kernel, the Relu in each of the four
+    lines that write the output's rows, and no line after them reads the output back."""
+    weights = numpy_helper.from_array(normal(16, 8, 3, 3, seed=1) / np.float32(6), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    proto = model(nodes, [tensor("x", [1, 8, 34, 34])], [tensor("y", [1, 16, 34, 34])], [weights])
+    imported = import_model(proto, fuse=True)
+    (text,) = imported.kernels.values()
+    written = [line for line in text.splitlines() if " y[" in line]
+    assert "+= u[" in text and len(written) == 4 and all(" = max(" in line for line in written)
+    assert_calls_match_ort(imported, proto, {"x": normal(1, 8, 34, 34)})
 
 
 def test_winograd_f43_is_a_correlation_exactly() -> None:

@@ -263,8 +263,9 @@ def conv(node: Node) -> Kernel:
     group = node.attr("group", 1)
     win = checked(window(node, x.shape[2:], node.attr("kernel_shape", w.shape[2:])), y)
     kernel = Kernel("conv")
-    fast = winograd.fits(x, w, win, group)
-    lanes = not fast and channels_last.fits(w, group, win)
+    lanes = channels_last.fits(w, group, win)
+    fast = winograd.fits(x, w, win, group, lanes)
+    lanes = lanes and not fast
     xs = kernel.input(x, "x")
     if not fast and depthwise.fits(w, group, win):
         wb = depthwise.weights(kernel, node.name, w)
