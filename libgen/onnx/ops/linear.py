@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .. import channels_last, depthwise, winograd
+from .. import channels_last, depthwise, strided_rows, winograd
 from ..nodes import Array, Kernel, Nest, Node, Unsupported, Value, affine, broadcast, broadcast_shape, number
 from ..registry import operator
 from .layout import expect
@@ -271,20 +271,24 @@ def conv(node: Node) -> Kernel:
         wb = depthwise.weights(kernel, node.name, w)
         depthwise.conv(kernel, xs, wb, kernel.input(b, "b") if b is not None else None, kernel.output(y), win)
         return kernel
+    phased = not fast and not lanes and strided_rows.fits(w, win)
     ws = winograd.weights(kernel, node.name, w) if fast else channels_last.weights(kernel, node.name, w, group) \
-        if lanes else kernel.input(w, "w")
+        if lanes else strided_rows.weights(kernel, node.name, w, win) if phased else kernel.input(w, "w")
     bs = kernel.input(b, "b") if b is not None else None
     ys = kernel.output(y)
     if fast:
         winograd.conv_rows(kernel, padded_input(kernel, xs, win, "0", winograd.extents(win)), ws, bs, ys, win)
         return kernel
-    source = padded_input(kernel, xs, win, "0")
+    source = padded_input(kernel, xs, win, "0", strided_rows.extents(win) if phased else None)
     if lanes:
         channels_last.conv(kernel, source, ws, bs, ys, win)
         return kernel
     init = Nest()
     out = init.all(y.shape)
     kernel.loop(init.sizes, ys.at(out), "=", bs.at([out[1]]) if bs else "0")
+    if phased:
+        strided_rows.accumulate(kernel, strided_rows.phases(kernel, source, win), ws, ys, win, group)
+        return kernel
     per_out, per_in = w.shape[0] // group, w.shape[1]
     line = Nest()
     n, g = line.over(x.shape[0]), line.over(group)
