@@ -14,23 +14,48 @@ def align_for_fusion(state: State, target: Target) -> None:
     """For each loop nest whose outermost scope differs in size from the one before it, bring a
     scope of that size out from inside it (legal interchanges only), so that the two can fuse:
     batchnorm's normalisation `n c h w` becomes `c n h w` and joins the per-channel statistics,
-    reading each channel while it is still in cache. Not when the fused scope, the one the
-    threads would share, has too few iterations to keep the target's cores evenly busy (3
-    channels on 2 cores). Never the innermost scope: brought out, it turns every access along a
-    row into a strided one and leaves nothing to vectorise (a convolution's bias written into its
-    channels-innermost accumulator, `t[.., w*32 + c] = b[c]`, joined to the 32 channels of the
-    padding before it: a scalar store a cache line apart each, 32 times over the buffer)."""
+    reading each channel while it is still in cache. Else, when the nest before starts the
+    array that the nest accumulates into, the other way round: a strided stem's `y = b`, over
+    channels, rows and columns, goes row by row and joins the product's rows, each row of y
+    started while the product is about to read it (a stem's y is larger than the cache, and a
+    pass of its own reads it back from memory). Not when the fused scope, the one the threads
+    would share, has too few iterations to keep the target's cores evenly busy (3 channels on 2
+    cores)."""
     for index in range(1, len(state.program.body)):
         before, nest = state.program.body[index - 1], state.program.body[index]
-        if not isinstance(before, Scope) or not isinstance(nest, Scope) or before.size == nest.size \
-                or before.size < BALANCED_ITERATIONS * target.cores:
+        if not isinstance(before, Scope) or not isinstance(nest, Scope) or before.size == nest.size:
             continue
-        site = state.analysis.first_site((index,))
-        perfect = next((d for d, scope in enumerate(site.chain) if len(scope.body) != 1), len(site.chain) - 1)
-        match = next((d for d in range(1, min(perfect + 1, len(site.chain) - 1)) if site.chain[d].size == before.size
-                      and not site.chain[d].kind), None)
-        if match is not None:
-            state.play_all([f"swap_scopes(op={site.label}, depth={d})" for d in range(match - 1, -1, -1)])
+        balanced = BALANCED_ITERATIONS * target.cores
+        if before.size >= balanced and _bring_out(state, index, before.size):
+            continue
+        if nest.size >= balanced and _starts(state, index - 1, index):
+            _bring_out(state, index - 1, nest.size)
+
+
+def _bring_out(state: State, index: int, size: int) -> bool:
+    """Interchange a scope of `size` to the top of the body's nest at `index`, from the perfect part
+    of its first operation's chain. Never the innermost scope: brought out, it turns every access
+    along a row into a strided one and leaves nothing to vectorise (a convolution's bias written
+    into its channels-innermost accumulator, `t[.., w*32 + c] = b[c]`, joined to the 32 channels
+    of the padding before it: a scalar store a cache line apart each, 32 times over the buffer)."""
+    site = state.analysis.first_site((index,))
+    perfect = next((d for d, scope in enumerate(site.chain) if len(scope.body) != 1), len(site.chain) - 1)
+    match = next((d for d in range(1, min(perfect + 1, len(site.chain) - 1))
+                  if site.chain[d].size == size and not site.chain[d].kind), None)
+    return match is not None and state.play_all([f"swap_scopes(op={site.label}, depth={d})"
+                                                 for d in range(match - 1, -1, -1)])
+
+
+def _starts(state: State, index: int, product: int) -> bool:
+    """Whether the body's nest at `index` is one plain operation writing the array that the nest
+    at `product` accumulates into: reads back (into its register tile) and writes again."""
+    inside = [s for s in state.analysis.sites if s.path[0] == index]
+    if len(inside) != 1 or inside[0].op.reduction:
+        return False
+    started = inside[0].op.target.array
+    after = [s.op for s in state.analysis.sites if s.path[0] == product]
+    return any(op.target.array == started for op in after) and any(
+        access.array == started for op in after for access in op.reads)
 
 
 def fuse_and_reuse_keeping_rows(state: State, target: Target) -> None:

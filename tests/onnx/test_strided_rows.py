@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from agent.passes import heuristic
 from codegen.targets import get_target
 from dojo_ir import load
+from dojo_ir.analysis import Analysis
 from dojo_ir.derivation import advance
 from runner.local import LocalRunner
 from tests.onnx.single_node import check_node, normal
@@ -70,3 +71,16 @@ def test_heuristic_schedule_of_a_stem_computes_what_the_spec_does(target: str) -
     spec = load(_kernel(*CASES[1], bias=True))
     result = LocalRunner().run(advance(spec, heuristic(spec, get_target(target))), target=target, repeats=1, spec=spec)
     assert result.error is None and result.verified, result.error
+
+
+def test_heuristic_starts_each_row_of_the_output_beside_the_product_that_accumulates_it() -> None:
+    """A stem's output is larger than the cache: started by a pass of its own (channels outermost),
+    it is read back from memory by the product; brought row by row into the product's scope of
+    rows, each row is started while it is about to be read."""
+    spec = load(_kernel((1, 3, 80, 80), (32, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, bias=True))
+    program = advance(spec, heuristic(spec, get_target("x86-avx512")))
+    sites = Analysis(program).sites
+    start = next(s for s in sites if s.op.target.array == "y" and not s.op.reduction and
+                 any(a.array == "b" for a in s.op.reads))
+    product = next(s for s in sites if s.op.reduction)
+    assert start.path[0] == product.path[0] and start.chain[0].size == 40

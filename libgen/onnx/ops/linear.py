@@ -283,11 +283,12 @@ def conv(node: Node) -> Kernel:
     if lanes:
         channels_last.conv(kernel, source, ws, bs, ys, win)
         return kernel
+    split = strided_rows.phases(kernel, source, win) if phased else None
     init = Nest()
     out = init.all(y.shape)
     kernel.loop(init.sizes, ys.at(out), "=", bs.at([out[1]]) if bs else "0")
-    if phased:
-        strided_rows.accumulate(kernel, strided_rows.phases(kernel, source, win), ws, ys, win, group)
+    if split is not None:  # the product's start next to it, where the heuristic pass can join them
+        strided_rows.accumulate(kernel, split, ws, ys, win, group)
         return kernel
     per_out, per_in = w.shape[0] // group, w.shape[1]
     line = Nest()
