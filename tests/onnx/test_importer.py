@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import onnx
@@ -374,9 +375,9 @@ def test_winograd_weights_of_a_folded_batchnorm_come_from_the_models_constants()
     assert_calls_match_ort(imported, proto, {"x": normal(2, 8, 6, 5)})
 
 
-def test_fusing_a_residual_after_a_winograd_conv_keeps_the_conv_apart_and_the_rest_together():
+def test_fusing_a_residual_after_a_winograd_conv_writes_it_into_the_rows():
     """The residual Add cannot be where a Winograd convolution's rows start (they are written, not
-    accumulated): the convolution is a kernel of its own, and the Add and the Relu after it one."""
+    accumulated): it is added, and the Relu after it applied, in each line that writes the rows."""
     rng = np.random.default_rng(6)
     inits = [numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) / 8.5).astype(np.float32), w)
              for w in ("w1", "w2")]
@@ -387,8 +388,12 @@ def test_fusing_a_residual_after_a_winograd_conv_keeps_the_conv_apart_and_the_re
              helper.make_node("Relu", ["s"], ["y"], name="r2")]
     proto = model(nodes, [tensor("x", [2, 8, 9, 7])], [tensor("y", [2, 8, 9, 7])], inits)
     imported = import_model(proto, fuse=True)
-    assert [c.nodes for c in imported.calls] == [("c1", "r1"), ("c2",), ("add", "r2")]
-    assert all("+= u[" in imported.kernels[c.kernel] for c in imported.calls[:2])
+    assert [c.nodes for c in imported.calls] == [("c1", "r1"), ("c2", "add", "r2")]
+    second = imported.kernels[imported.calls[1].kernel]
+    written = [line for line in second.splitlines() if " y[" in line]
+    residual = re.search(r"kernel \w+\((?:\w+, )*(\w+)\)", second)[1]  # the last input: the Add's other operand
+    assert "+= u[" in second and len(written) == 4
+    assert all(" = max(" in line and f"+ {residual}[" in line for line in written)
     assert_calls_match_ort(imported, proto, {"x": normal(2, 8, 9, 7)})
 
 
