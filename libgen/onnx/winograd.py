@@ -70,13 +70,21 @@ MAX_WORK = 0.75  # the matrix product's multiply-adds over the direct form's, at
 # (bench/conv_shapes.py): at 32-64 channels the lanes' form took 0.50-0.87 of its time
 # (SqueezeNet's 3x3 expands at 27x27 and 13x13), at 128 it took 1.2x (ResNet-50's at 28x28)
 MIN_CHANNELS_BESIDE_LANES = 128
+# multiply-adds per transformed weight (tiles x output columns), at least, when the transformed
+# weights are more than a private cache holds (STREAMED_BYTES): they are twice the direct form's,
+# read from memory at every call, and a small image uses each too few times to repay reading them.
+# At 7x7 (2 tiles of 7 columns: 14) ResNet-50's 512-channel 3x3 reads 18.9 MB of them a call, and
+# ran at 81 GFLOP/s in the model, where channels as lanes reads the 9.4 MB of its blocked weights
+MIN_REUSE = 32
+STREAMED_BYTES = 1 << 20
 FLOATS = ("f32", "f64")
 
 
 def fits(x: Value, w: Value, win: Window, group: int, lanes: bool = False) -> bool:
     """Whether the Conv of `x` by the constant `w` over `win` is computed this way: 2-D, one group,
-    three rows of taps at stride and dilation 1, a float dtype, long reductions, few wasted rows;
-    and, where channels as lanes would compute it too (`lanes`), enough input channels."""
+    three rows of taps at stride and dilation 1, a float dtype, long reductions, few wasted rows,
+    each transformed weight used often enough unless they stay in cache; and, where channels as
+    lanes would compute it too (`lanes`), enough input channels."""
     if w.constant is None or x.rank != 4 or group != 1 or x.dtype not in FLOATS or win.kernel[0] != TAPS \
             or win.strides[0] != 1 or win.dilations[0] != 1:
         return False
@@ -84,7 +92,9 @@ def fits(x: Value, w: Value, win: Window, group: int, lanes: bool = False) -> bo
     rows = win.outputs[0]
     tiles = -(-rows // ROWS)
     return channels_in * columns >= MIN_REDUCTION and channels_out * columns >= MIN_REDUCTION \
-        and POINTS * tiles <= MAX_WORK * TAPS * rows and (not lanes or channels_in >= MIN_CHANNELS_BESIDE_LANES)
+        and POINTS * tiles <= MAX_WORK * TAPS * rows \
+        and (tiles * win.outputs[1] >= MIN_REUSE or POINTS * w.constant.nbytes // TAPS <= STREAMED_BYTES) \
+        and (not lanes or channels_in >= MIN_CHANNELS_BESIDE_LANES)
 
 
 def transformed_weights(w: np.ndarray) -> np.ndarray:

@@ -8,9 +8,11 @@ import pytest
 from onnx import helper, numpy_helper
 
 from dojo_ir import interpret, load
+from libgen.onnx import winograd
 from libgen.onnx.catalogue import kernel_for
 from libgen.onnx.importer import import_model
 from libgen.onnx.nodes import Node, Unsupported, Value
+from libgen.onnx.ops.linear import Window
 from tests.onnx.single_node import OPSET, check_node, node_of, normal, run_ort, single_node_model
 from tests.onnx.test_importer import assert_calls_match_ort, model, tensor
 
@@ -188,6 +190,16 @@ def test_a_winograd_convolutions_relu_is_applied_as_its_rows_are_written() -> No
     written = [line for line in text.splitlines() if " y[" in line]
     assert "+= u[" in text and len(written) == 4 and all(" = max(" in line for line in written)
     assert_calls_match_ort(imported, proto, {"x": normal(1, 8, 34, 34)})
+
+
+@pytest.mark.parametrize("channels, row, taken", [(512, 7, False), (512, 14, True), (64, 7, True)])
+def test_winograd_uses_each_transformed_weight_often_unless_they_stay_in_cache(channels: int, row: int,
+                                                                                taken: bool) -> None:
+    """ResNet-50's 512-channel 3x3 at 7x7 would read 18.9 MB of transformed weights a call and use each
+    14 times; at 14x14, 56 times. 64 channels' fit a private cache, however small the image."""
+    w = Value("w", "f32", (channels, channels, 3, 3), np.zeros((channels, channels, 3, 3), np.float32))
+    x = Value("x", "f32", (1, channels, row, row))
+    assert winograd.fits(x, w, Window((row, row), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (row, row)), 1) is taken
 
 
 def test_winograd_f43_is_a_correlation_exactly() -> None:
