@@ -72,10 +72,12 @@ MAX_WORK = 0.75  # the matrix product's multiply-adds over the direct form's, at
 MIN_CHANNELS_BESIDE_LANES = 128
 # multiply-adds per transformed weight (tiles x output columns), at least, when the transformed
 # weights are more than a private cache holds (STREAMED_BYTES): they are twice the direct form's,
-# read from memory at every call, and a small image uses each too few times to repay reading them.
-# At 7x7 (2 tiles of 7 columns: 14) ResNet-50's 512-channel 3x3 reads 18.9 MB of them a call, and
-# ran at 81 GFLOP/s in the model, where channels as lanes reads the 9.4 MB of its blocked weights
-MIN_REUSE = 32
+# read from memory at every call (a model's other weights evict them), and a small image uses each
+# too few times to repay reading them. In ResNet-50 (AVX-512 Xeon, heuristic pass, `--fuse`): at
+# 7x7 (2 tiles of 7 columns: 14 uses) its 512-channel 3x3 read 18.9 MB of them a call and ran at
+# 81 GFLOP/s; at 14x14 (56 uses) its 256-channel 3x3 took 1.43 ms a call, 1.06 ms as channels as
+# lanes; at 28x28 (196 uses) its 128-channel one 0.87 ms, 0.91 ms as lanes
+MIN_REUSE = 64
 STREAMED_BYTES = 1 << 20
 FLOATS = ("f32", "f64")
 

@@ -192,11 +192,12 @@ def test_a_winograd_convolutions_relu_is_applied_as_its_rows_are_written() -> No
     assert_calls_match_ort(imported, proto, {"x": normal(1, 8, 34, 34)})
 
 
-@pytest.mark.parametrize("channels, row, taken", [(512, 7, False), (512, 14, True), (64, 7, True)])
+@pytest.mark.parametrize("channels, row, taken", [(512, 7, False), (512, 14, False), (128, 28, True), (64, 7, True)])
 def test_winograd_uses_each_transformed_weight_often_unless_they_stay_in_cache(channels: int, row: int,
                                                                                 taken: bool) -> None:
     """ResNet-50's 512-channel 3x3 at 7x7 would read 18.9 MB of transformed weights a call and use each
-    14 times; at 14x14, 56 times. 64 channels' fit a private cache, however small the image."""
+    14 times; at 14x14, 56 times; its 128-channel one at 28x28, 196 times. 64 channels' fit a private
+    cache, however small the image."""
     w = Value("w", "f32", (channels, channels, 3, 3), np.zeros((channels, channels, 3, 3), np.float32))
     x = Value("x", "f32", (1, channels, row, row))
     assert winograd.fits(x, w, Window((row, row), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (row, row)), 1) is taken
