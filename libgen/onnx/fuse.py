@@ -255,8 +255,10 @@ def join(members: Sequence[tuple[Node, Kernel]], needed: Collection[str]) -> Ker
         fused.lines.extend(_ACCESS.sub(lambda m, r=renamed: f"{r[m.group(1)]}[", line) for line in kernel.lines)
     while any(_fold(fused, temporary) for temporary in list(fused.temporaries)):
         pass  # again: a product's result, having become a bias's sum, may be the next Add's operand
-    while any(_inline(fused, temporary) or _push(fused, temporary) for temporary in list(fused.temporaries)):
-        pass  # again: a value read by several lines that have become one is written into it too
+    while any(_inline(fused, temporary) or _push(fused, temporary) for temporary in list(fused.temporaries)) \
+            or any(_in_place(fused, temporary) for temporary in list(fused.temporaries)):
+        pass  # again: a value read by several lines that have become one is written into it too; a
+        # line written into the one after it (a Relu into a pool's reads) saves a pass, in place none
     return fused
 
 
@@ -343,6 +345,46 @@ def _inline(kernel: Kernel, temporary: Array) -> bool:
     del kernel.lines[w]
     kernel.temporaries.remove(temporary)
     return True
+
+
+def _in_place(kernel: Kernel, temporary: Array) -> bool:
+    """Accumulate into the array z that the one elementwise line reading `temporary` writes:
+    `t = e; t += a * b; z = f(t)` becomes `z = e; z += a * b; z = f(z)`, with no temporary and no
+    pass from it to z (a 1x1 convolution at 56x56 with its residual and Relu: a temporary as large
+    as its output, 3.2 MB, written to memory and read back). Only when the reader reads nothing of
+    t's but each element at its own position and covers z whole, z is t's shape and dtype, and
+    nothing from t's first write to the reader touches z. Whether it did."""
+    lines = [_LINE.fullmatch(text) for text in kernel.lines]
+    if None in lines:
+        return False
+    writers = [i for i, line in enumerate(lines) if line["array"] == temporary.name]
+    readers = [i for i, line in enumerate(lines) if _reads(line["expression"], temporary.name)]
+    if not writers or len(readers) != 1 or readers[0] <= writers[-1]:
+        return False
+    (r,), rank = readers, len(temporary.shape)
+    reader = lines[r]
+    target = next(a for a in kernel.arrays if a.name == reader["array"])
+    if (reader["assign"] != "=" or _sizes(reader) != temporary.shape or _indices(reader["indices"]) != loops(rank)
+            or (target.shape, target.dtype) != (temporary.shape, temporary.dtype)
+            or not _reads_only_in_place(reader["expression"], temporary)
+            or any(lines[i]["array"] == target.name or _reads(lines[i]["expression"], target.name)
+                   for i in range(writers[0], r))):
+        return False
+    renamed = re.compile(rf"(?<![\w]){re.escape(temporary.name)}\[")
+    for i in range(writers[0], r + 1):
+        kernel.lines[i] = renamed.sub(f"{target.name}[", kernel.lines[i])
+    kernel.temporaries.remove(temporary)
+    return True
+
+
+def _reads_only_in_place(expression: str, temporary: Array) -> bool:
+    """Whether `expression`, a line's over `temporary`'s shape, reads it only at the line's own
+    position (at 0 along a dimension of one element, as `broadcast` writes it)."""
+    rank = len(temporary.shape)
+    wholes = {f"{temporary.name}[{','.join(index)}]" for index in (loops(rank), broadcast(temporary.shape,
+                                                                                        loops(rank)))}
+    parts = re.split(r"(?<![\w])(" + "|".join(map(re.escape, wholes)) + ")", expression)
+    return not any(_reads(part, temporary.name) for part in parts[::2])
 
 
 def _push(kernel: Kernel, temporary: Array) -> bool:

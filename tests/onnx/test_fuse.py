@@ -275,7 +275,8 @@ def test_a_value_is_not_written_into_a_line_after_what_it_reads_changed() -> Non
     kernel.loop([3], m.at(["{0}"]), "=", f"{m.at(['{0}'])} + 1")  # t keeps the old m
     kernel.loop([3], us.at(["{0}"]), "=", f"{t.at(['{0}'])} + {m.at(['{0}'])}")
     fused = join([(node("K", [value("x", 3)], value("u", 3)), kernel)], ["u"])
-    assert [a.name for a in fused.temporaries] == ["k_m", "k_t"]
+    # t is not written into the last line, whose m has changed; it is u itself, read in place
+    assert [a.name for a in fused.temporaries] == ["k_m"] and fused.lines[-1] == "3 u[{0}] = u[{0}] + k_m[{0}]"
     got = interpret(load(fused.render()), {"x": np.arange(3, dtype=np.float32)})["u"]
     np.testing.assert_array_equal(got, np.arange(3) * 3 + 1)
 
@@ -320,8 +321,8 @@ def test_the_exporters_erf_gelu_is_one_kernel_of_one_line() -> None:
 
 def test_a_product_accumulates_onto_its_bias_and_residual() -> None:
     """MatMul, Add a bias, Add the residual: one kernel, the product accumulating onto their sum,
-    so no loop nest follows it but that of the Relu after them, which reads the sum in the same
-    kernel."""
+    so no loop nest follows it but that of the Relu after them, which applies itself in place: the
+    product accumulates into the Relu's output, and no temporary holds the sum."""
     x, w, c = value("x", 3, 5), value("w", 5, 5), value("c", 5)
     p, q, r, y = value("p", 3, 5), value("q", 3, 5), value("r", 3, 5), value("y", 3, 5)
     nodes = [node("MatMul", [x, w], p), node("Add", [p, c], q), node("Add", [x, q], r), node("Relu", [r], y)]
@@ -330,10 +331,9 @@ def test_a_product_accumulates_onto_its_bias_and_residual() -> None:
     fused = assert_fusion_keeps_results(nodes, feeds, ["y"], rtol=1e-5)
     assert [[n.op for n in group] for group, _ in fused] == [["MatMul", "Add", "Add", "Relu"]]
     product = fused[0][1]
-    (total,) = product.temporaries
-    assert [a.name for a in product.outputs] == ["y"]
+    assert product.temporaries == [] and [a.name for a in product.outputs] == ["y"]
     arrays = {product.sources[a.name]: a.name for a in product.inputs + product.outputs}
-    t, x_, w_ = total.name, arrays["x"], arrays["w"]
+    t, x_, w_ = "y", arrays["x"], arrays["w"]
     assert product.lines == [f"3 5 {t}[{{0}},{{1}}] = {arrays['c']}[{{1}}] + {x_}[{{0}},{{1}}]",
                              f"3 5 5 {t}[{{0}},{{1}}] += {x_}[{{0}},{{2}}] * {w_}[{{2}},{{1}}]",
                              f"3 5 y[{{0}},{{1}}] = max({t}[{{0}},{{1}}], 0)"]
@@ -391,11 +391,11 @@ def test_an_elementwise_line_is_written_into_each_line_that_writes_its_operand_i
     np.testing.assert_array_equal(_interpreted(fused), np.maximum(t + r * (x + 1), 0))
 
 
-def test_an_elementwise_line_stays_after_the_writes_when_what_it_reads_changes_between() -> None:
+def test_an_elementwise_line_applies_in_place_after_the_writes_when_what_it_reads_changes_between() -> None:
     def overwrite(kernel: Kernel, arrays: dict) -> None:
         kernel.loop([4], arrays["m"].at(["{0}"]), "=", "2")
 
     fused = _rows_then("{t} * {m}", overwrite)
-    assert [a.name for a in fused.temporaries] == ["k_t", "k_m"] and fused.lines[-1] == "4 u[{0}] = k_t[{0}] * k_m[{0}]"
+    assert [a.name for a in fused.temporaries] == ["k_m"] and fused.lines[-1] == "4 u[{0}] = u[{0}] * k_m[{0}]"
     x = np.array([1, -2, 3, -4], np.float32)
     np.testing.assert_array_equal(_interpreted(fused), np.where(np.arange(4) % 2 == 0, x * 3, x - 1) * 2)
