@@ -69,12 +69,18 @@ CASES: dict[str, tuple[str, str, tuple[int, ...]]] = {
     "pw-14-256": ("ResNet-50", "pointwise at 14x14, reducing", (1024, 256, 14, 1, 1, 0, 1)),
     "pw-7-2048": ("ResNet-50", "pointwise at 7x7", (512, 2048, 7, 1, 1, 0, 1)),
     "pw-7-512": ("ResNet-50", "pointwise at 7x7, reducing", (2048, 512, 7, 1, 1, 0, 1)),
-    "w-3x3-7": ("ResNet-50", "3x3 at 7x7 (Winograd)", (512, 512, 7, 3, 1, 1, 1)),
+    "w-3x3-56": ("ResNet-50", "3x3 at 56x56", (64, 64, 56, 3, 1, 1, 1)),
+    "w-3x3-28": ("ResNet-50", "3x3 at 28x28", (128, 128, 28, 3, 1, 1, 1)),
+    "w-3x3-14": ("ResNet-50", "3x3 at 14x14", (256, 256, 14, 3, 1, 1, 1)),
+    "w-3x3-7": ("ResNet-50", "3x3 at 7x7", (512, 512, 7, 3, 1, 1, 1)),
     "fc-2048": ("ResNet-50", "fully connected 2048 -> 1000", (2048, 1000)),
     "sq-stem": ("SqueezeNet", "3x3 stride 2 stem, 224 -> 111", (3, 64, 224, 3, 2, 0, 1)),
     "sq-squeeze-55": ("SqueezeNet", "pointwise 128 -> 16 at 55x55", (128, 16, 55, 1, 1, 0, 1)),
     "sq-expand-55": ("SqueezeNet", "pointwise 16 -> 64 at 55x55", (16, 64, 55, 1, 1, 0, 1)),
     "sq-expand-13": ("SqueezeNet", "pointwise 48 -> 192 at 13x13", (48, 192, 13, 1, 1, 0, 1)),
+    "sq-expand3-55": ("SqueezeNet", "3x3 16 -> 64 at 55x55", (16, 64, 55, 3, 1, 1, 1)),
+    "sq-expand3-27": ("SqueezeNet", "3x3 32 -> 128 at 27x27", (32, 128, 27, 3, 1, 1, 1)),
+    "sq-expand3-13": ("SqueezeNet", "3x3 64 -> 256 at 13x13", (64, 256, 13, 3, 1, 1, 1)),
     "sq-classifier": ("SqueezeNet", "pointwise 512 -> 1000 at 13x13", (512, 1000, 13, 1, 1, 0, 1)),
     "sh-stem": ("ShuffleNet", "3x3 stride 2 stem, 224 -> 112", (3, 24, 224, 3, 2, 1, 1)),
     "sh-g1x1-28": ("ShuffleNet", "grouped 1x1 (4 groups) at 28x28", (136, 136, 28, 1, 1, 0, 4)),
@@ -144,13 +150,13 @@ def library(model: Path, out: Path, form_name: str, target: str) -> tuple[ModelR
 
 def kind_of(text: str) -> str:
     """How a kernel computes its node: Winograd, channels as lanes (depthwise or not), the direct
-    form, or a Gemm."""
+    form (its strided rows read by phases or not), or a Gemm."""
     if "kernel gemm(" in text:
         return "Gemm"
     if "+= u[" in text:
         return "Winograd"
     return "depthwise, channels as lanes" if "+= xb[" in text else "channels as lanes" if "* wb[" in text \
-        else "direct"
+        else "direct, rows by phases" if "* wp[" in text else "direct"
 
 
 def bench_case(name: str, out: Path, target: str, count: int, repeats: int) -> dict:
