@@ -84,6 +84,8 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise ValueError("manifest.json: nested too deeply") from None
     except UnicodeDecodeError as error:
         raise ValueError(f"manifest.json: not UTF-8 text: {error}") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"manifest.json: not JSON: {error}") from None
     arrays = {"name": str, "dtype": str, "shape": list}
     fields = {"library": str, "shared_library": str, "kernels": list}
     kernel_fields = {"name": str, "symbol": str, "description": str, "inputs": list, "outputs": list}

@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -364,49 +364,6 @@ def _select_graph(tensors: Mapping[str, Tensor], constants: Mapping[str, np.ndar
     return Graph({}, is_boolean, constants.get, lambda n: _value(n, tensors, constants))
 
 
-def _select(onnx_node: onnx.NodeProto, name: str, opset: int, around: Graph, tensors: Mapping[str, Tensor],
-            constants: Mapping[str, np.ndarray], computes: dict[str, set[str]]) -> tuple[Node, Kernel | Unsupported]:
-    """The node of a Where (or a Cast of a boolean) and its kernel, the condition computed inside;
-    the boolean nodes it computes join `computes`."""
-    try:
-        node, kernel, inside = select_kernel(onnx_node, name, opset, around)
-        result = _checked(lambda _: kernel, node)
-    except Unsupported as why:
-        return _loose_node(onnx_node, name, opset, tensors, constants), why
-    computes[name] = inside
-    return node, result
-
-
-def _fold_into_product(onnx_node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[str, Tensor],
-                       constants: dict[str, np.ndarray], graph_nodes: list[tuple[Node, Kernel | None]],
-                       made_by: Mapping[str, tuple[int, onnx.NodeProto]], readers: Mapping[str, int],
-                       derived: dict[str, Derived], absorbed: dict[str, list[Node]], values: Set[str]) -> bool:
-    """Fold a BatchNormalization of constants into the Conv of constant weights whose output only
-    it reads (batchnorm.py): the Conv's entry in `graph_nodes` becomes the Conv with the derived
-    weights, writing the BatchNormalization's output, which `absorbed` lists under it; the derived
-    constants join `constants` under names that neither it nor the graph's `values` have.
-    Whether it did."""
-    if onnx_node.op_type != "BatchNormalization" or onnx_node.domain not in DEFAULT_DOMAINS or not onnx_node.input \
-            or onnx_node.input[0] not in made_by or readers[onnx_node.input[0]] != 1:
-        return False
-    position, conv = made_by[onnx_node.input[0]]
-    product, kernel = graph_nodes[position]
-    if kernel is None or product.name in absorbed:
-        return False
-    folded = fold_into_conv(conv, onnx_node, constants, values | constants.keys())
-    if folded is None:
-        return False
-    node, result = _kernel(folded.node, product.name, opset, tensors, {**constants, **folded.constants})
-    if isinstance(result, Unsupported):
-        return False
-    constants.update(folded.constants)
-    derived.update((n, Derived(value, tuple(folded.sources[n]), f"{product.name}'s weights with {name} folded in"))
-                   for n, value in folded.constants.items())
-    graph_nodes[position] = (node, result)
-    absorbed[product.name] = [_loose_node(onnx_node, name, opset, tensors, constants)]
-    return True
-
-
 def _adopt_derived(kernel: Kernel, derived: dict[str, Derived], taken: set[str]) -> None:
     """List the constants that `kernel` computed (Winograd's weights) in `derived`, under names
     not `taken` (the graph's and `derived`'s, to which it adds those it gives), each coming from the
@@ -472,80 +429,135 @@ def import_model(model: onnx.ModelProto | str | Path, *, fuse: bool = False,
     """The kernels, calls and skipped nodes of `model` (a file or a loaded model), its inputs at
     `input_shapes` where given; ModelError when it cannot be read."""
     name, proto = load_model(model)
-    proto = static_model(name, proto, input_shapes)
-    graph = proto.graph
-    opset = next((o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS), 1)
-    tensors = _tensors(graph)
-    constants = _initializers(name, graph)
-    names = _node_names(graph)
+    importer = GraphImporter(name, static_model(name, proto, input_shapes))
+    for onnx_node, node_name in zip(importer.graph.node, _node_names(importer.graph), strict=True):
+        importer.visit(onnx_node, node_name)
+    return importer.imported(fuse, input_shapes or {})
 
-    graph_nodes: list[tuple[Node, Kernel | None]] = []
-    records: list[dict[str, Any]] = []
-    skipped: list[Skipped] = []
-    derived: dict[str, Derived] = {}
-    absorbed: dict[str, list[Node]] = {}  # a kernel's node -> the nodes folded into it
-    made_by: dict[str, tuple[int, onnx.NodeProto]] = {}  # a value -> its node's entry in graph_nodes
-    readers = Counter(n for node in graph.node for n in used_names(node))
-    readers.update(o.name for o in graph.output)
-    values = {*tensors, *(n for node in graph.node for n in (*node.input, *node.output))}
-    around = _select_graph(tensors, constants)
-    computes: dict[str, set[str]] = {}  # a select's node -> the boolean nodes its kernel computes
-    for onnx_node, node_name in zip(graph.node, names, strict=True):
+
+class GraphImporter:
+    """One model's import in progress, its state in one place as TVM's ONNX importer keeps it (its
+    GraphProto): the model's values and constants, the catalogue's nodes with their kernels so far,
+    each node's record for model.json, and what folding took in. `visit` takes the graph's nodes
+    in order; `imported` then groups them into kernels and calls."""
+
+    def __init__(self, name: str, proto: onnx.ModelProto):
+        self.name, self.graph = name, proto.graph
+        self.opset = next((o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS), 1)
+        self.tensors = _tensors(self.graph)
+        self.constants = _initializers(name, self.graph)
+        self.graph_nodes: list[tuple[Node, Kernel | None]] = []
+        self.records: list[dict[str, Any]] = []
+        self.skipped: list[Skipped] = []
+        self.derived: dict[str, Derived] = {}
+        self.absorbed: dict[str, list[Node]] = {}  # a kernel's node -> the nodes folded into it
+        self.made_by: dict[str, tuple[int, onnx.NodeProto]] = {}  # a value -> its node's entry in graph_nodes
+        self.readers = Counter(n for node in self.graph.node for n in used_names(node))
+        self.readers.update(o.name for o in self.graph.output)
+        self.values = {*self.tensors, *(n for node in self.graph.node for n in (*node.input, *node.output))}
+        self.around = _select_graph(self.tensors, self.constants)
+        self.computes: dict[str, set[str]] = {}  # a select's node -> the boolean nodes its kernel computes
+
+    def visit(self, onnx_node: onnx.NodeProto, node_name: str) -> None:
+        """Import the graph's next node: folded into constants or into the product before it, a
+        kernel, or skipped with the reason."""
         record = {"name": node_name, "op": onnx_node.op_type, "inputs": list(onnx_node.input),
                   "outputs": list(onnx_node.output), "attributes": {k: _jsonable(v) for k, v in
                                                                      _attributes(onnx_node).items()},
                   "kernel": None, "unsupported": None}
-        records.append(record)
-        onnx_node = _without_unread_optional_outputs(onnx_node, opset, readers)
-        folded = _fold(onnx_node, opset, constants, tensors) if onnx_node.domain in DEFAULT_DOMAINS else None
+        self.records.append(record)
+        onnx_node = _without_unread_optional_outputs(onnx_node, self.opset, self.readers)
+        default = onnx_node.domain in DEFAULT_DOMAINS
+        folded = _fold(onnx_node, self.opset, self.constants, self.tensors) if default else None
         if folded is not None:
-            constants.update(zip((n for n in onnx_node.output if n), folded, strict=False))
-            continue
-        if _fold_into_product(onnx_node, node_name, opset, tensors, constants, graph_nodes, made_by, readers,
-                              derived, absorbed, values):
-            continue
-        if onnx_node.domain in DEFAULT_DOMAINS and selects(onnx_node, around):
-            node, result = _select(onnx_node, node_name, opset, around, tensors, constants, computes)
+            self.constants.update(zip((n for n in onnx_node.output if n), folded, strict=False))
+            return
+        if self._fold_into_product(onnx_node, node_name):
+            return
+        if default and selects(onnx_node, self.around):
+            node, result = self._select(onnx_node, node_name)
         else:
-            node, result = _kernel(onnx_node, node_name, opset, tensors, constants)
-        around.makers.update((o, (onnx_node, node_name)) for o in onnx_node.output)
+            node, result = _kernel(onnx_node, node_name, self.opset, self.tensors, self.constants)
+        self.around.makers.update((o, (onnx_node, node_name)) for o in onnx_node.output)
         if isinstance(result, Unsupported):
-            skipped.append(Skipped(node_name, onnx_node.op_type, result.feature, result.detail))
+            self.skipped.append(Skipped(node_name, onnx_node.op_type, result.feature, result.detail))
             record["unsupported"] = {"feature": result.feature, "detail": result.detail}
-            graph_nodes.append((node, None))
+            self.graph_nodes.append((node, None))
         else:
-            made_by.update((o, (len(graph_nodes), onnx_node)) for o in onnx_node.output)
-            graph_nodes.append((node, result))
+            self.made_by.update((o, (len(self.graph_nodes), onnx_node)) for o in onnx_node.output)
+            self.graph_nodes.append((node, result))
 
-    inside = computed_inside(graph, names, computes)
-    skipped = [s for s in skipped if s.node not in inside]
-    graph_nodes = [(node, kernel) for node, kernel in graph_nodes if node.name not in inside]
-    for record in records:
-        if record["name"] in inside:
-            record["unsupported"], record["computed_in"] = None, inside[record["name"]]
-    taken = values | constants.keys() | derived.keys()
-    for _, kernel in graph_nodes:
-        if kernel is not None and kernel.derived:
-            _adopt_derived(kernel, derived, taken)
-    if fuse:
-        groups = [(tuple(nodes), kernel) for nodes, kernel in
-                  fuse_graph(graph_nodes, keep={o.name for o in graph.output})]
-    else:
-        groups = [((node, ), kernel) for node, kernel in graph_nodes if kernel is not None]
-    groups = [(tuple(m for node in nodes for m in (node, *absorbed.get(node.name, ()))), kernel)
-              for nodes, kernel in groups]
-    kernels, calls = _calls(name, groups)
-    by_node = {node: call.kernel for call in calls for node in call.nodes}
-    for record in records:
-        record["kernel"] = by_node.get(record["name"])
+    def _select(self, onnx_node: onnx.NodeProto, name: str) -> tuple[Node, Kernel | Unsupported]:
+        """The node of a Where (or a Cast of a boolean) and its kernel, the condition computed
+        inside; the boolean nodes it computes join `computes`."""
+        try:
+            node, kernel, inside = select_kernel(onnx_node, name, self.opset, self.around)
+            result = _checked(lambda _: kernel, node)
+        except Unsupported as why:
+            return _loose_node(onnx_node, name, self.opset, self.tensors, self.constants), why
+        self.computes[name] = inside
+        return node, result
 
-    known = set(constants)
-    return Imported(
-        model=name, kernels=kernels, calls=tuple(calls), skipped=tuple(skipped), fused=fuse,
-        constants={n: d for n, d in derived.items() if any(n in call.inputs for call in calls)},
-        inputs=tuple(_tensor(i).json(i.name) for i in graph.input if i.name not in known and _tensor(i)),
-        outputs=tuple(_tensor(o).json(o.name) for o in graph.output if _tensor(o)),
-        nodes=tuple(records), input_shapes={n: tuple(s) for n, s in (input_shapes or {}).items()})
+    def _fold_into_product(self, onnx_node: onnx.NodeProto, name: str) -> bool:
+        """Fold a BatchNormalization of constants into the Conv of constant weights whose output
+        only it reads (batchnorm.py): the Conv's entry in `graph_nodes` becomes the Conv with the
+        derived weights, writing the BatchNormalization's output, which `absorbed` lists under it;
+        the derived constants join `constants` under names that neither it nor the graph's values
+        have. Whether it did."""
+        if onnx_node.op_type != "BatchNormalization" or onnx_node.domain not in DEFAULT_DOMAINS \
+                or not onnx_node.input or onnx_node.input[0] not in self.made_by \
+                or self.readers[onnx_node.input[0]] != 1:
+            return False
+        position, conv = self.made_by[onnx_node.input[0]]
+        product, kernel = self.graph_nodes[position]
+        if kernel is None or product.name in self.absorbed:
+            return False
+        folded = fold_into_conv(conv, onnx_node, self.constants, self.values | self.constants.keys())
+        if folded is None:
+            return False
+        node, result = _kernel(folded.node, product.name, self.opset, self.tensors,
+                               {**self.constants, **folded.constants})
+        if isinstance(result, Unsupported):
+            return False
+        self.constants.update(folded.constants)
+        self.derived.update((n, Derived(value, tuple(folded.sources[n]), f"{product.name}'s weights with {name} "
+                                        "folded in")) for n, value in folded.constants.items())
+        self.graph_nodes[position] = (node, result)
+        self.absorbed[product.name] = [_loose_node(onnx_node, name, self.opset, self.tensors, self.constants)]
+        return True
+
+    def imported(self, fuse: bool, input_shapes: Mapping[str, Sequence[int]]) -> Imported:
+        """The import of the nodes visited: the booleans that selects compute dropped, derived
+        constants named, nodes grouped (fused or one a call) into kernels and calls."""
+        inside = computed_inside(self.graph, [r["name"] for r in self.records], self.computes)
+        skipped = [s for s in self.skipped if s.node not in inside]
+        graph_nodes = [(node, kernel) for node, kernel in self.graph_nodes if node.name not in inside]
+        for record in self.records:
+            if record["name"] in inside:
+                record["unsupported"], record["computed_in"] = None, inside[record["name"]]
+        taken = self.values | self.constants.keys() | self.derived.keys()
+        for _, kernel in graph_nodes:
+            if kernel is not None and kernel.derived:
+                _adopt_derived(kernel, self.derived, taken)
+        if fuse:
+            groups = [(tuple(nodes), kernel) for nodes, kernel in
+                      fuse_graph(graph_nodes, keep={o.name for o in self.graph.output})]
+        else:
+            groups = [((node, ), kernel) for node, kernel in graph_nodes if kernel is not None]
+        groups = [(tuple(m for node in nodes for m in (node, *self.absorbed.get(node.name, ()))), kernel)
+                  for nodes, kernel in groups]
+        kernels, calls = _calls(self.name, groups)
+        by_node = {node: call.kernel for call in calls for node in call.nodes}
+        for record in self.records:
+            record["kernel"] = by_node.get(record["name"])
+        known = set(self.constants)
+        graph = self.graph
+        return Imported(
+            model=self.name, kernels=kernels, calls=tuple(calls), skipped=tuple(skipped), fused=fuse,
+            constants={n: d for n, d in self.derived.items() if any(n in call.inputs for call in calls)},
+            inputs=tuple(_tensor(i).json(i.name) for i in graph.input if i.name not in known and _tensor(i)),
+            outputs=tuple(_tensor(o).json(o.name) for o in graph.output if _tensor(o)),
+            nodes=tuple(self.records), input_shapes={n: tuple(s) for n, s in input_shapes.items()})
 
 
 def write_import(imported: Imported, out: Path) -> list[Path]:

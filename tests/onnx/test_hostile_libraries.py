@@ -16,6 +16,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from bench.fuzz_library import fuzz
 from examples.onnx_models import with_topk
 from libgen.onnx.run import ModelRunner, RunError
 from libgen.runtime import defined_functions
@@ -105,7 +106,7 @@ def test_the_kernels_own_arrays_are_used_whatever_the_manifest_says(built: tuple
     ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
     ('{"library": "hl_topk", "shared_library": "libhl_topk.so", "kernels": {"matmul": 1}}', "not a library's manifest"),
     ('{"library": "hl_topk", "shared_library": 7, "kernels": []}', "not a library's manifest"),
-    ("not json", "cannot load the library"),
+    ("not json", "manifest.json: not JSON"),
     (b"\xff\xfe{}", "not UTF-8"),
 ])
 def test_a_malformed_manifest_is_an_error_not_a_traceback(manifest: str | bytes, message: str,
@@ -142,3 +143,10 @@ def test_an_input_that_onnxruntime_cannot_take_is_an_error_naming_the_node(tmp_p
     assert runner.run({"ids": np.array([0, 3])})["y"].shape == (2, 3)
     with pytest.raises(RunError, match=r"ONNX Runtime failed to run nodes lookup of hl_lookup\.onnx: .*out of"):
         runner.run({"ids": np.array([0, 99])})
+
+
+def test_mutated_library_folders_and_inputs_files_are_run_or_refused_without_a_traceback() -> None:
+    """bench/fuzz_library.py at a CI's size: manifests, constants and inputs files mutated, and the
+    shared library planted outside the folder never loaded."""
+    outcomes, failures = fuzz(80)
+    assert not failures and outcomes["ran"] and outcomes["rejected"], (outcomes, failures[:5])
