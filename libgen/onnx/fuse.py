@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 from .nodes import Array, Kernel, Node, Value, broadcast, loops
 
@@ -347,44 +348,59 @@ def _inline(kernel: Kernel, temporary: Array) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class _Elementwise:
+    """The one line that reads a temporary t after every line that writes it, `z = f(t)`, reading t
+    only at its own position and covering z, of t's shape and dtype, whole; as `_reader` finds it."""
+
+    lines: list[re.Match]  # the kernel's lines
+    writers: list[int]  # the lines that write t
+    reader: int
+    target: Array  # z
+    parts: list[str]  # f's text split around its reads of t: the reads at the odd positions
+
+    def touched_before(self, arrays: Collection[str]) -> bool:
+        """Whether a line from t's first write to the reader writes one of `arrays` or touches z."""
+        return any(self.lines[i]["array"] in {*arrays, self.target.name}
+                   or _reads(self.lines[i]["expression"], self.target.name)
+                   for i in range(self.writers[0], self.reader))
+
+
+def _reader(kernel: Kernel, temporary: Array) -> _Elementwise | None:
+    lines = [_LINE.fullmatch(text) for text in kernel.lines]
+    if None in lines:
+        return None
+    writers = [i for i, line in enumerate(lines) if line["array"] == temporary.name]
+    readers = [i for i, line in enumerate(lines) if _reads(line["expression"], temporary.name)]
+    if not writers or len(readers) != 1 or readers[0] <= writers[-1]:
+        return None
+    (r,), rank = readers, len(temporary.shape)
+    reader = lines[r]
+    target = next(a for a in kernel.arrays if a.name == reader["array"])
+    wholes = {f"{temporary.name}[{','.join(index)}]" for index in (loops(rank), broadcast(temporary.shape,
+                                                                                        loops(rank)))}
+    parts = re.split(r"(?<![\w])(" + "|".join(map(re.escape, wholes)) + ")", reader["expression"])
+    if (reader["assign"] != "=" or _sizes(reader) != temporary.shape or _indices(reader["indices"]) != loops(rank)
+            or (target.shape, target.dtype) != (temporary.shape, temporary.dtype)
+            or any(_reads(part, temporary.name) for part in parts[::2])):
+        return None
+    return _Elementwise(lines, writers, r, target, parts)
+
+
 def _in_place(kernel: Kernel, temporary: Array) -> bool:
     """Accumulate into the array z that the one elementwise line reading `temporary` writes:
     `t = e; t += a * b; z = f(t)` becomes `z = e; z += a * b; z = f(z)`, with no temporary and no
     pass from it to z (a 1x1 convolution at 56x56 with its residual and Relu: a temporary as large
-    as its output, 3.2 MB, written to memory and read back). Only when the reader reads nothing of
-    t's but each element at its own position and covers z whole, z is t's shape and dtype, and
-    nothing from t's first write to the reader touches z. Whether it did."""
-    lines = [_LINE.fullmatch(text) for text in kernel.lines]
-    if None in lines:
-        return False
-    writers = [i for i, line in enumerate(lines) if line["array"] == temporary.name]
-    readers = [i for i, line in enumerate(lines) if _reads(line["expression"], temporary.name)]
-    if not writers or len(readers) != 1 or readers[0] <= writers[-1]:
-        return False
-    (r,), rank = readers, len(temporary.shape)
-    reader = lines[r]
-    target = next(a for a in kernel.arrays if a.name == reader["array"])
-    if (reader["assign"] != "=" or _sizes(reader) != temporary.shape or _indices(reader["indices"]) != loops(rank)
-            or (target.shape, target.dtype) != (temporary.shape, temporary.dtype)
-            or not _reads_only_in_place(reader["expression"], temporary)
-            or any(lines[i]["array"] == target.name or _reads(lines[i]["expression"], target.name)
-                   for i in range(writers[0], r))):
+    as its output, 3.2 MB, written to memory and read back). Only when nothing from t's first write
+    to the reader touches z. Whether it did."""
+    found = _reader(kernel, temporary)
+    if found is None or found.touched_before(()):
         return False
     renamed = re.compile(rf"(?<![\w]){re.escape(temporary.name)}\[")
-    for i in range(writers[0], r + 1):
-        kernel.lines[i] = renamed.sub(f"{target.name}[", kernel.lines[i])
+    for i in range(found.writers[0], found.reader + 1):
+        kernel.lines[i] = renamed.sub(f"{found.target.name}[", kernel.lines[i])
     kernel.temporaries.remove(temporary)
     return True
-
-
-def _reads_only_in_place(expression: str, temporary: Array) -> bool:
-    """Whether `expression`, a line's over `temporary`'s shape, reads it only at the line's own
-    position (at 0 along a dimension of one element, as `broadcast` writes it)."""
-    rank = len(temporary.shape)
-    wholes = {f"{temporary.name}[{','.join(index)}]" for index in (loops(rank), broadcast(temporary.shape,
-                                                                                        loops(rank)))}
-    parts = re.split(r"(?<![\w])(" + "|".join(map(re.escape, wholes)) + ")", expression)
-    return not any(_reads(part, temporary.name) for part in parts[::2])
 
 
 def _push(kernel: Kernel, temporary: Array) -> bool:
@@ -392,36 +408,19 @@ def _push(kernel: Kernel, temporary: Array) -> bool:
     lines that write t, when no single line writes it whole (`_inline` does that): a Winograd
     convolution's four rows of outputs, or a write-back from a blocked accumulator, each becomes
     `z[i] = f(e)`. A convolution's Relu, bias or residual is then applied as its results are
-    written, where a loop nest after the product would read them all back. Only when the reader
-    reads nothing of t's but each element at its own position and covers z whole, z is t's shape
-    and dtype, no writer reads t or z, and nothing from the first writer to the reader writes what
-    f reads or touches z. Whether it did."""
-    lines = [_LINE.fullmatch(text) for text in kernel.lines]
-    if None in lines:
+    written, where a loop nest after the product would read them all back. Only when no writer
+    reads t or z, and nothing from the first writer to the reader writes what f reads or touches
+    z. Whether it did."""
+    found = _reader(kernel, temporary)
+    if found is None:
         return False
-    writers = [i for i, line in enumerate(lines) if line["array"] == temporary.name]
-    readers = [i for i, line in enumerate(lines) if _reads(line["expression"], temporary.name)]
-    if not writers or len(readers) != 1 or readers[0] <= writers[-1]:
-        return False
-    (r,), rank = readers, len(temporary.shape)
-    reader = lines[r]
-    target = next(a for a in kernel.arrays if a.name == reader["array"])
-    wholes = {f"{temporary.name}[{','.join(index)}]" for index in (loops(rank), broadcast(temporary.shape,
-                                                                                        loops(rank)))}
-    parts = re.split(r"(?<![\w])(" + "|".join(map(re.escape, wholes)) + ")", reader["expression"])
-    operands = parts[::2]
-    if (reader["assign"] != "=" or _sizes(reader) != temporary.shape or _indices(reader["indices"]) != loops(rank)
-            or (target.shape, target.dtype) != (temporary.shape, temporary.dtype)
-            or any(_reads(part, temporary.name) for part in operands)):
-        return False
-    read = {m.group(1) for part in operands for m in _ACCESS.finditer(part)}
+    lines, parts, target = found.lines, found.parts, found.target
+    read = {m.group(1) for part in parts[::2] for m in _ACCESS.finditer(part)}
     if any(lines[w]["assign"] != "=" or _reads(lines[w]["expression"], temporary.name)
-           or _reads(lines[w]["expression"], target.name) for w in writers) \
-            or any(lines[i]["array"] in read | {target.name} or _reads(lines[i]["expression"], target.name)
-                   for i in range(writers[0], r)):
+           or _reads(lines[w]["expression"], target.name) for w in found.writers) or found.touched_before(read):
         return False
     written = {}
-    for w in writers:
+    for w in found.writers:
         line, indices = lines[w], _indices(lines[w]["indices"])
         value = line["expression"] if " " not in line["expression"] else f"({line['expression']})"
         expression = "".join(value if k % 2 else
@@ -432,7 +431,7 @@ def _push(kernel: Kernel, temporary: Array) -> bool:
         written[w] = f"{line['sizes']}{target.name}[{line['indices']}] = {expression}"
     for w, text in written.items():
         kernel.lines[w] = text
-    del kernel.lines[r]
+    del kernel.lines[found.reader]
     kernel.temporaries.remove(temporary)
     return True
 
