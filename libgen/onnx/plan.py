@@ -1,11 +1,13 @@
 """The plan of a model's run (libgen/onnx/run.py runs it): which unit of the import runs where (the
 library, ONNX Runtime, a view, a constant), in an order that runs the graph, with only the units
-the outputs need and consecutive ONNX Runtime nodes joined into one session; when each value is
-last read; and the pool of buffers that values whose lives do not overlap share."""
+the outputs need and consecutive ONNX Runtime nodes joined into one session; which Concats the
+kernels before them write in place; when each value is last read; and the pool of buffers that
+values whose lives do not overlap share."""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..manifest import ALIGNMENT
 from ..runtime import Library, aligned_empty
 from .reads import used_names
 
@@ -165,12 +168,45 @@ def merged(units: list[Unit], outputs: Iterable[str]) -> list[Unit]:
     return merged
 
 
-def dead_after(units: Sequence[Unit], outputs: Iterable[str]) -> dict[int, list[str]]:
-    """For each position in `units`, the values that no later unit reads, nor the graph's outputs:
-    a value that a view reshapes is named by the value it views, and lives as long as the views."""
-    viewed: dict[str, str] = {}
+def concatenated_in_place(units: Sequence[Unit], nodes: Sequence[onnx.NodeProto], infos: Mapping[str, Info],
+                          outputs: Iterable[str]) -> dict[str, tuple[str, int]]:
+    """The inputs of Concat units that the kernels making them can write straight into the
+    output's buffer, each at its byte offset there (SqueezeNet's fire modules, Inception's
+    branches): the dimensions before the axis all 1 (a batch of one image), so that each input is
+    one contiguous stretch of the output; each input made by a library kernel, read by the Concat
+    alone, and starting where a kernel's arguments may (64-byte aligned). Each such unit becomes a
+    view that runs nothing. ONNX Runtime copies them."""
+    readers = Counter(name for unit in units for name in unit.inputs)
+    readers.update(outputs)
+    made = {name for unit in units if unit.kind == "library" for name in unit.outputs}
+    parts: dict[str, tuple[str, int]] = {}
     for unit in units:
-        if unit.kind == "view":
+        node = nodes[unit.nodes[0]]
+        if unit.kind != "library" or len(unit.nodes) != 1 or node.op_type != "Concat" \
+                or node.domain not in ("", "ai.onnx") or shape_of(infos, node.output[0]) is None:
+            continue
+        shape = infos[node.output[0]].shape
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0) % len(shape)
+        inputs = list(node.input)
+        if any(size != 1 for size in shape[:axis]) or len(set(inputs)) != len(inputs) \
+                or any(readers[n] != 1 or n not in made or shape_of(infos, n) is None for n in inputs):
+            continue
+        offsets = np.cumsum([0, *(math.prod(infos[n].shape) * infos[n].dtype.itemsize for n in inputs)])
+        if all(offset % ALIGNMENT == 0 for offset in offsets[:-1]) and offsets[-1] > 0:
+            parts.update((n, (node.output[0], int(offset))) for n, offset in zip(inputs, offsets, strict=False))
+            unit.kind = "view"
+    return parts
+
+
+def dead_after(units: Sequence[Unit], outputs: Iterable[str],
+               parts: Mapping[str, tuple[str, int]] | None = None) -> dict[int, list[str]]:
+    """For each position in `units`, the values that no later unit reads, nor the graph's outputs:
+    a value that a view reshapes is named by the value it views, and lives as long as the views;
+    a value written into another's buffer (`parts`) is named by that value."""
+    parts = parts or {}
+    viewed: dict[str, str] = {name: whole for name, (whole, _) in parts.items()}
+    for unit in units:
+        if unit.kind == "view" and unit.inputs[0] not in parts:
             viewed[unit.outputs[0]] = viewed.get(unit.inputs[0], unit.inputs[0])
     last: dict[str, float] = {}
     for position, unit in enumerate(units):

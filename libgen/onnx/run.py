@@ -24,6 +24,7 @@ own, so that `run` pays nothing for profiling.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -47,6 +48,7 @@ from .plan import (
     Unit,
     aligned_copy,
     classify,
+    concatenated_in_place,
     dead_after,
     merged,
     needed,
@@ -143,6 +145,7 @@ class ModelRunner:
                 self._constants.update(zip(unit.outputs, self._session(unit, self._constants).run(None, {}),
                                            strict=True))
                 unit.kind = "constant"
+        self._parts = concatenated_in_place(units, self._nodes, self.infos, self.outputs)
         self.placement: dict[str, str] = dict.fromkeys(names, "unused")
         for unit in units:
             self.placement.update((names[i], unit.kind) for i in unit.nodes)
@@ -152,7 +155,7 @@ class ModelRunner:
         self._pool = Pool()
         self._pooled: dict[str, np.ndarray] = {}  # a value made by a step -> the pool's buffer holding it
         joined = merged(units, self.outputs)
-        dead = dead_after(joined, self.outputs)
+        dead = dead_after(joined, self.outputs, self._parts)
         self._steps = []
         self.steps: list[Step] = []  # what each of the run's steps does, in order
         for position, unit in enumerate(joined):
@@ -184,11 +187,19 @@ class ModelRunner:
     def _buffer(self, name: str) -> np.ndarray | None:
         """The buffer of `name`, allocated now when its shape is known; None when it is made only
         during the run."""
-        if name not in self._fixed and shape_of(self.infos, name) is not None:
+        if name not in self._fixed and name in self._parts:  # written into its Concat's output
+            whole, offset = self._parts[name]
+            info = self.infos[name]
+            stretch = self._buffer(whole).reshape(-1).view(np.uint8)[offset:offset + info.dtype.itemsize * math.prod(
+                info.shape)]
+            self._fixed[name] = stretch.view(info.dtype).reshape(info.shape)
+        elif name not in self._fixed and shape_of(self.infos, name) is not None:
             self._pooled[name], self._fixed[name] = self._pool.take(self.infos[name].dtype, self.infos[name].shape)
         return self._fixed.get(name)
 
     def _plan(self, unit: Unit) -> list[Any]:
+        if unit.kind == "view" and unit.inputs[0] in self._parts:  # a Concat its inputs' kernels wrote
+            return []
         if unit.kind == "view":  # of a value of static shape, hence of a buffer made before
             self._fixed[unit.outputs[0]] = self._fixed[unit.inputs[0]].reshape(self.infos[unit.outputs[0]].shape)
             return []

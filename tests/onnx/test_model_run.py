@@ -159,6 +159,38 @@ def test_the_last_reader_of_a_value_or_of_its_views_frees_it() -> None:
     assert dead_after(units, ["y"]) == {0: ["x"], 3: ["b"], 4: ["a", "c", "unread"]}
 
 
+def _branches(batch: int, channels: int, size: int) -> onnx.ModelProto:
+    """Two branches of x (Relu and Exp) concatenated along the channels, then Tanh, as SqueezeNet's
+    fire modules and Inception's blocks concatenate theirs."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"), helper.make_node("Exp", ["x"], ["b"], name="exp"),
+             helper.make_node("Concat", ["a", "b"], ["c"], name="concat", axis=1),
+             helper.make_node("Tanh", ["c"], ["y"], name="tanh")]
+    shape = [batch, channels, size, size]
+    graph = helper.make_graph(nodes, "branches", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT,
+                                                             [batch, 2 * channels, size, size])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("batch, channels, size, in_place", [
+    (1, 4, 4, True),  # each branch 4 x 16 floats, a whole number of 64-byte lines
+    (2, 4, 4, False),  # two images: each branch's part of the output is two stretches
+    (1, 3, 5, False),  # the second branch would start 44 bytes into a line: a kernel's arguments are aligned
+])
+def test_kernels_write_a_concats_inputs_into_its_output_where_they_can(batch: int, channels: int, size: int,
+                                                                       in_place: bool, tmp_path: Path) -> None:
+    path, library = library_of(_branches(batch, channels, size), tmp_path, f"mr_concat_{batch}_{channels}")
+    runner = ModelRunner(path, library)
+    assert runner.placement["concat"] == ("view" if in_place else "library")
+    assert_runs_as_onnxruntime(runner, path)
+
+
+def test_values_written_into_a_concats_output_live_as_long_as_it() -> None:
+    units = [Unit([0], ["x"], ["a"], "library"), Unit([1], ["x"], ["b"], "library"),
+             Unit([2], ["a", "b"], ["c"], "view"), Unit([3], ["c"], ["y"], "library")]
+    assert dead_after(units, ["y"], {"a": ("c", 0), "b": ("c", 64)}) == {1: ["x"], 3: ["c"]}
+
+
 def test_values_of_data_dependent_shape_pass_between_onnxruntime_sessions(tmp_path: Path) -> None:
     """NonZero's result has no static shape: ONNX Runtime makes it in one session and reads it in the
     next, with the library's Relu between them."""
