@@ -212,8 +212,8 @@ def report(rows: list[dict], args: argparse.Namespace, peak: float, tuning: bool
     runs = ["plain", "fused", *(["tuned"] if tuning else [])]
     lines = ["# Real models: PerfDojo's library against ONNX Runtime", "",
              f"`python bench/real_models.py {' '.join(sys.argv[1:])}` on {machine()}; the FMA peak measured in the "
-             f"same run is {peak / 1e9:.0f} GFLOP/s (runner/roofline.py, all cores). The machine was shared with "
-             "other users' work while measured. Each model imported by `dojo import` (plain) and `dojo import "
+             f"same run is {peak / 1e9:.0f} GFLOP/s (runner/roofline.py, all cores). Each model imported by `dojo "
+             "import` (plain) and `dojo import "
              "--fuse` (fused), each import built by `dojo library build --method heuristic --budget 1` (the "
              "heuristic pass, no search)"
              + (f", and tuned by `dojo model tune --budget {args.budget}`" if tuning else "")
