@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnx_models  # noqa: E402
 
-from bench.fuzz_onnx import cut_short, flip_bytes  # noqa: E402
+from bench.fuzz_onnx import Outcome, cut_short, flip_bytes  # noqa: E402
 from bench.sections import machine, write_section  # noqa: E402
 from libgen.onnx.importer import import_model, write_import  # noqa: E402
 from server.cli import main as dojo  # noqa: E402
@@ -205,15 +205,9 @@ def inputs_file(rng: random.Random, given: Path, into: Path) -> str:
     return choice
 
 
-@dataclass(frozen=True)
-class Outcome:
-    kind: str  # "ran", "rejected" or "failed"
-    problem: str = ""
-
-
 def run(case: Case, library: Path, inputs: Path, out: Path) -> Outcome:
-    """`dojo model run` in-process; a failure is an exception, a rejection without `error:`, or the
-    planted library loaded."""
+    """`dojo model run` in-process: "ran", "rejected", or "failed" (an exception, a rejection without
+    `error:`, or the planted library loaded)."""
     stdout, stderr = io.StringIO(), io.StringIO()
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
