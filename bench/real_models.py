@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -235,6 +236,11 @@ def report(rows: list[dict], args: argparse.Namespace, peak: float, tuning: bool
         cells = " | ".join(f"{median[r] * 1e3:.2f} ms | {spread([p['paired'][r] for p in row['runs']])}" for r in runs)
         lines.append(f"| {row['name']} | {row['flops'] / 1e9:.2f} | {median['onnxruntime'] * 1e3:.2f} ms | {cells} | "
                      f"{row['flops'] / median['onnxruntime'] / 1e9:.0f}, {row['flops'] / best / 1e9:.0f} |")
+    better = {row["name"]: max(statistics.median(p["paired"][r] for p in row["runs"]) for r in runs) for row in rows}
+    lowest = min(better, key=better.get)
+    lines += ["", f"Over the {len(rows)} models, the better of {' and '.join(runs)} (ORT / ours): "
+              f"{math.exp(statistics.fmean(math.log(v) for v in better.values())):.2f} in geometric mean, "
+              f"{better[lowest]:.2f} at the lowest ({lowest})."]
     lines += ["", "Correctness, coverage and costs: the largest difference from ONNX Runtime's outputs over the "
               "largest output's magnitude; the Conv, MatMul and Gemm nodes not in a library kernel; the nodes left to "
               "ONNX Runtime, by operator; the wall time of each `dojo` command (a fresh Python each). A build's time "
