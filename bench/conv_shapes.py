@@ -195,7 +195,7 @@ def report(rows: list[dict], peak: float, args: argparse.Namespace, load: tuple[
 
     lines = ["# Convolutions and fully connected layers of real models, one node at a time", "",
              f"`python bench/conv_shapes.py --target {args.target}` on {machine()} (load average {load[0]:.1f} "
-             f"before, {load[1]:.1f} after; the machine was shared with other work). Each case is one node at the "
+             f"before, {load[1]:.1f} after). Each case is one node at the "
              "shape its model has, batch 1, imported by `dojo import` and built by `dojo library build --method "
              f"heuristic --budget 1 --target {args.target}`, then timed by `dojo model run`'s ModelRunner against "
              f"one ONNX Runtime session of the node ({cores()} intra-op threads) in {args.rounds} alternating rounds "
@@ -208,8 +208,8 @@ def report(rows: list[dict], peak: float, args: argparse.Namespace, load: tuple[
              f"FMA peak for {args.target}'s vectors (the largest of `dojo machine`'s and two measured in this run) is "
              f"{peak / 1e9:.0f} GFLOP/s. "
              "`vs ORT` is ONNX Runtime's time over ours paired by round (the median of the rounds' ratios): "
-             "above 1, ours is faster. Other processes held the cores at times, and a call that one of them "
-             "interrupts waits for it (more so for our OpenMP threads, bound one per core, than for ONNX Runtime's): "
+             "above 1, ours is faster. A call that another process interrupts "
+             "waits for it (more so for our OpenMP threads, bound one per core, than for ONNX Runtime's): "
              "the `best` columns give each runtime's fastest call, what it does on a quiet machine.", "",
              "| case | model: what | form | ONNX Runtime (best) | direct (best) | vs ORT | imported (best) | "
              "GFLOP/s (best) | of peak (best) | vs ORT |",

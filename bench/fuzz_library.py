@@ -92,11 +92,14 @@ def prepare(directory: Path) -> Case:
 # -- mutations of a library folder (`folder` a fresh copy) -------------------------------------------------
 
 def _edit_manifest(folder: Path, change: Callable[[dict], None]) -> None:
-    """`change` the manifest's fields, where a mutation before left it JSON at all."""
+    """`change` the manifest's fields, where a mutation before left them a manifest's at all."""
     path = folder / "manifest.json"
     try:
         manifest = json.loads(path.read_text())
     except (ValueError, RecursionError):
+        return
+    kernels = manifest.get("kernels") if isinstance(manifest, dict) else None
+    if not isinstance(kernels, list) or not kernels or not all(isinstance(k, dict) for k in kernels):
         return
     change(manifest)
     path.write_text(json.dumps(manifest).replace('"NESTED"', "[" * 5000 + "]" * 5000))
