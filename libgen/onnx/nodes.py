@@ -130,6 +130,18 @@ class Nest:
         return [self.over(size) for size in shape]
 
 
+def grouped_product(line: Nest, batch: int, group: int, per_out: int, outputs: Sequence[int],
+                    per_in: int) -> tuple[str, list[str], str, str, str]:
+    """Open a grouped convolution's loops on `line`, outermost first: the image, the group, its
+    output channel, the output positions and its input channel. Their references (image,
+    positions, the group's input channel) and the output and input channels they index."""
+    n, g = line.over(batch), line.over(group)
+    m = line.over(per_out)
+    positions = line.all(outputs)
+    c = line.over(per_in)
+    return n, positions, c, affine([(g, per_out), (m, 1)]), affine([(g, per_in), (c, 1)])
+
+
 def broadcast(shape: Sequence[int], indices: Sequence[str]) -> list[str]:
     """The indices of an operand of `shape` under ONNX's multidirectional broadcasting, where
     `indices` index the result: shapes align on the right, and a dimension of 1 is read at 0."""

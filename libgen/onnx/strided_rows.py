@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .nodes import Array, Derived, Kernel, Nest, Value, affine
+from .nodes import Array, Derived, Kernel, Nest, Value, affine, grouped_product
 
 if TYPE_CHECKING:
     from .ops.linear import Window
@@ -85,15 +85,11 @@ def accumulate(kernel: Kernel, split: Array, wp: Array, ys: Array, win: Window, 
     """The accumulation line of y = conv(x, w) over `win` in `group` groups, reading `split`
     (`phases`) and `wp` (`weights`); y already holds its start (the bias, or zeros)."""
     stride = win.strides[-1]
-    per_out, per_in = wp.shape[0] // group, wp.shape[1]
     line = Nest()
-    n, g = line.over(ys.shape[0]), line.over(group)
-    m = line.over(per_out)
-    positions = line.all(win.outputs)
-    c = line.over(per_in)
+    n, positions, c, channel_out, channel_in = grouped_product(line, ys.shape[0], group, wp.shape[0] // group,
+                                                               win.outputs, wp.shape[1])
     outer_taps = line.all(win.kernel[:-1])
     phase, step = line.over(stride), line.over(_steps(win))
-    channel_out, channel_in = affine([(g, per_out), (m, 1)]), affine([(g, per_in), (c, 1)])
     rows = [affine([(o, s), (k, d)]) for o, k, s, d in zip(positions[:-1], outer_taps, win.strides[:-1],
                                                             win.dilations[:-1], strict=True)]
     read = split.at([n, channel_in, *rows, phase, affine([(positions[-1], 1), (step, 1)])])

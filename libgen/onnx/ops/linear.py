@@ -17,7 +17,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .. import channels_last, depthwise, strided_rows, winograd
-from ..nodes import Array, Kernel, Nest, Node, Unsupported, Value, affine, broadcast, broadcast_shape, number
+from ..nodes import (
+    Array,
+    Kernel,
+    Nest,
+    Node,
+    Unsupported,
+    Value,
+    affine,
+    broadcast,
+    broadcast_shape,
+    grouped_product,
+    number,
+)
 from ..registry import operator
 from .layout import expect
 from .layout import strides as row_major
@@ -290,14 +302,10 @@ def conv(node: Node) -> Kernel:
     if split is not None:  # the product's start next to it, where the heuristic pass can join them
         strided_rows.accumulate(kernel, split, ws, ys, win, group)
         return kernel
-    per_out, per_in = w.shape[0] // group, w.shape[1]
     line = Nest()
-    n, g = line.over(x.shape[0]), line.over(group)
-    m = line.over(per_out)
-    positions = line.all(win.outputs)
-    c = line.over(per_in)
+    n, positions, c, channel_out, channel_in = grouped_product(line, x.shape[0], group, w.shape[0] // group,
+                                                               win.outputs, w.shape[1])
     taps = line.all(win.kernel)
-    channel_out, channel_in = affine([(g, per_out), (m, 1)]), affine([(g, per_in), (c, 1)])
     kernel.loop(line.sizes, ys.at([n, channel_out, *positions]), "+=",
                 f"{source.at([n, channel_in, *win.reads(positions, taps)])} * {ws.at([channel_out, c, *taps])}")
     return kernel
