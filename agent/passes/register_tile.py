@@ -6,8 +6,9 @@ from __future__ import annotations
 from math import prod
 
 from codegen.targets import Target
+from dojo_ir.affine import NotAffine, affine
 from dojo_ir.analysis import Site
-from dojo_ir.tree import Access, Scope
+from dojo_ir.tree import Access, Op, Scope
 from runner.roofline import measured_machine
 
 from ..blocking import reduction_outside_columns
@@ -131,7 +132,7 @@ def _block(state: State, label: str, target: Target) -> bool:
     if not rows or not reductions or any(chain[d].kind for d in reductions) \
             or _live_registers(1, 1, per_vector) > target.vector_registers:  # not even one vector fits
         return True  # vectorised, and no tile of accumulators to keep in registers
-    row, longest = rows[-1], max(reductions, key=lambda d: chain[d].size)
+    row, longest = rows[-1], _leading_part(op, chain, reductions, max(reductions, key=lambda d: chain[d].size))
     outer = [chain[d].size for d in range(n - 1) if roles[d].startswith("s") and d != row and d not in reductions]
     sharing = 1 if any(balanced(size, target.cores) for size in outer if size > 1) else target.cores
     r, w = tile_shape(chain[row].size, chain[n - 2].size if split else 1, target.vector_registers, per_vector,
@@ -292,6 +293,24 @@ def _fuse_init(state: State, root: int, target: Access, roles: list[str], chain:
         if not state.play(f"unroll_scope(op={init.label}, depth={init_roles.index(role)})"):
             return False
     return vectorization.vectorize_innermost(state, init.label, facts) is not None
+
+
+def _leading_part(op: Op, chain: tuple[Scope, ...], reductions: list[int], longest: int) -> int:
+    """The reduction scope to block and lead with: `longest`, unless it is the inner part of a
+    dimension split in two (an index `{e}*n+{longest}`, n its size, as channels in blocks read
+    a convolution's weights), where its outer part leads: else the streamed operand would be read
+    a block apart at every step."""
+    for access in op.reads:
+        for index in access.index:
+            try:
+                form = affine(index)
+            except NotAffine:
+                continue
+            step = form.coef(longest) * chain[longest].size
+            outer = [e for e in reductions if e != longest and step and form.coef(e) == step]
+            if outer:
+                return outer[0]
+    return longest
 
 
 def _vectorized_tail(site: Site) -> bool | None:
