@@ -51,6 +51,7 @@ PADDED_BLOCKS = (32, 16)  # blocks of whole AVX-512 vectors, to which a group's 
 PADDING = 8  # when the zero channels that fill its last block are at most 1/PADDING of the group's
 LONG_ROW = 32  # output positions along a row from which the direct form's vectors are full: it keeps them
 SHORT_ROW = 16  # and under which even a group of channels that no block divides does better here
+DERIVED_SUFFIX = ".channels_last"  # of the blocked weights' name: blocked.py finds such products by it
 
 
 def fits(w: Value, group: int, win: Window) -> bool:
@@ -101,7 +102,7 @@ def weights(kernel: Kernel, node_name: str, w: Value, group: int) -> Array:
     value = blocked_weights(w.constant, group)
     kernel.notes.append("Output channels as the vector lanes: `wb` is the weights blocked by output channels at "
                         "import (model.json's `constants`).")
-    return kernel.derived_input(Value(f"{w.name}.channels_last", w.dtype, value.shape), Derived(
+    return kernel.derived_input(Value(f"{w.name}{DERIVED_SUFFIX}", w.dtype, value.shape), Derived(
         value, (w.name,), f"{node_name}'s weights blocked by {value.shape[-1]} output channels"), "wb")
 
 

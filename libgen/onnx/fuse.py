@@ -31,7 +31,7 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from .nodes import Array, Kernel, Node, Value, broadcast, loops
+from .nodes import ACCESS, LINE, Array, Kernel, Node, Value, broadcast, loops
 
 ELEMENTWISE = frozenset({
     "Abs", "Add", "Cast", "CastLike", "Celu", "Clip", "Div", "Elu", "Erf", "Exp", "Gelu", "HardSigmoid", "HardSwish",
@@ -52,9 +52,6 @@ FUSABLE = ELEMENTWISE | REDUCTIONS
 # product, whose tile the tuner then keeps in registers.
 PRODUCTS = frozenset({"MatMul", "Gemm", "Conv"})
 EPILOGUE = frozenset({"Add"})
-_ACCESS = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\[")
-_LINE = re.compile(r"(?P<sizes>(?:\d+ )*)(?P<array>[A-Za-z_]\w*)\[(?P<indices>[^\]]*)\] "
-                   r"(?P<assign>=|\+=|\*=|max=|min=) (?P<expression>.*)")  # as Kernel.loop writes a line
 _MAX_EXPRESSION = 2000  # longer, and a chain whose values are read twice stops doubling its expression
 _NAME_LENGTH = 48  # a fused kernel's name lists its members' operators up to about this length
 
@@ -253,7 +250,7 @@ def join(members: Sequence[tuple[Node, Kernel]], needed: Collection[str]) -> Ker
                                                   array.shape).name
         fused.derived.update(kernel.derived)
         fused.notes.extend(kernel.notes)
-        fused.lines.extend(_ACCESS.sub(lambda m, r=renamed: f"{r[m.group(1)]}[", line) for line in kernel.lines)
+        fused.lines.extend(ACCESS.sub(lambda m, r=renamed: f"{r[m.group(1)]}[", line) for line in kernel.lines)
     while any(_fold(fused, temporary) for temporary in list(fused.temporaries)):
         pass  # again: a product's result, having become a bias's sum, may be the next Add's operand
     while any(_inline(fused, temporary) or _push(fused, temporary) for temporary in list(fused.temporaries)) \
@@ -269,7 +266,7 @@ def _fold(kernel: Kernel, temporary: Array) -> bool:
     `z = e; z += a*b`. Only when one plain line starts t, only reductions by `+=` follow, the
     adding line reads nothing else of t's and covers it whole, nothing in between touches z or
     changes what e reads, and z is t's shape and dtype. Whether it did."""
-    lines = [_LINE.fullmatch(text) for text in kernel.lines]
+    lines = [LINE.fullmatch(text) for text in kernel.lines]
     if None in lines:
         return False
     writers = [i for i, line in enumerate(lines) if line["array"] == temporary.name]
@@ -294,7 +291,7 @@ def _fold(kernel: Kernel, temporary: Array) -> bool:
                                                                                              temporary.dtype)
             or _reads(addend, temporary.name)):
         return False
-    touched = {m.group(1) for m in _ACCESS.finditer(addend)} | {target.name}
+    touched = {m.group(1) for m in ACCESS.finditer(addend)} | {target.name}
     if any(lines[i]["array"] in touched or _reads(lines[i]["expression"], target.name) for i in range(start, r)):
         return False
     indices = _indices(lines[start]["indices"])
@@ -317,7 +314,7 @@ def _inline(kernel: Kernel, temporary: Array) -> bool:
     is one line, one scope the tuner vectorises (it vectorises scopes of one operation) and no array
     between its operations; a value read by several lines stays a temporary, computed once. Whether
     it did."""
-    lines = [_LINE.fullmatch(text) for text in kernel.lines]
+    lines = [LINE.fullmatch(text) for text in kernel.lines]
     if None in lines:
         return False  # a line written otherwise than `Kernel.loop` writes them: left as it is
     writers = [i for i, line in enumerate(lines) if line["array"] == temporary.name]
@@ -331,7 +328,7 @@ def _inline(kernel: Kernel, temporary: Array) -> bool:
     rank = len(temporary.shape)
     if writer["assign"] != "=" or _sizes(writer) != temporary.shape or _indices(writer["indices"]) != loops(rank):
         return False
-    inputs = {m.group(1) for m in _ACCESS.finditer(writer["expression"])}
+    inputs = {m.group(1) for m in ACCESS.finditer(writer["expression"])}
     if any(lines[i]["array"] in inputs for i in range(w + 1, r + 1)):
         return False
 
@@ -367,7 +364,7 @@ class _Elementwise:
 
 
 def _reader(kernel: Kernel, temporary: Array) -> _Elementwise | None:
-    lines = [_LINE.fullmatch(text) for text in kernel.lines]
+    lines = [LINE.fullmatch(text) for text in kernel.lines]
     if None in lines:
         return None
     writers = [i for i, line in enumerate(lines) if line["array"] == temporary.name]
@@ -415,7 +412,7 @@ def _push(kernel: Kernel, temporary: Array) -> bool:
     if found is None:
         return False
     lines, parts, target = found.lines, found.parts, found.target
-    read = {m.group(1) for part in parts[::2] for m in _ACCESS.finditer(part)}
+    read = {m.group(1) for part in parts[::2] for m in ACCESS.finditer(part)}
     if any(lines[w]["assign"] != "=" or _reads(lines[w]["expression"], temporary.name)
            or _reads(lines[w]["expression"], target.name) for w in found.writers) or found.touched_before(read):
         return False
@@ -437,7 +434,7 @@ def _push(kernel: Kernel, temporary: Array) -> bool:
 
 
 def _reads(expression: str, array: str) -> bool:
-    return any(m.group(1) == array for m in _ACCESS.finditer(expression))
+    return any(m.group(1) == array for m in ACCESS.finditer(expression))
 
 
 def _sizes(line: re.Match) -> tuple[int, ...]:

@@ -21,9 +21,9 @@ of constant inputs that makes integers or booleans (shape arithmetic), are evalu
 here with onnx's numpy reference implementation, so that a Reshape fed by Shape -> Gather ->
 Concat sees its shape. Folded nodes have neither a kernel nor a reason: in model.json they have
 `"kernel": null, "unsupported": null`, and a runner computes them as it computes skipped nodes.
-A BatchNormalization of constant statistics after a Conv of constant weights is folded into them
-(batchnorm.py, as ONNX Runtime does): the Conv's call reads derived weights and writes the
-BatchNormalization's output, and covers both nodes. Some kernels read constants they derive
+A BatchNormalization of constant statistics, or a Mul or Add of one constant a channel, after a
+Conv of constant weights is folded into them (conv_fold.py, as ONNX Runtime does): the Conv's call
+reads derived weights and writes the folded node's output, and covers the nodes. Some kernels read constants they derive
 themselves (a Conv by Winograd's algorithm, winograd.py, its transformed weights; a
 RotaryEmbedding its caches' rows at constant positions). The derived constants are model.json's
 `constants` (with what each comes from, among the model's own) and DIR/constants.npz.
@@ -53,8 +53,9 @@ from runner.files import write_arrays, write_atomically
 
 from ..kernels import RESERVED
 from . import limits
-from .batchnorm import fold_into_conv
+from .blocked import blocked_groups
 from .catalogue import FOLDED, NOT_EXPRESSIBLE, kernel_for
+from .conv_fold import FOLDED_OPS, fold_into_conv
 from .fuse import fuse_graph
 from .model_file import ModelError, load_model
 from .nodes import DTYPES, Derived, Kernel, Node, Unsupported, Value, fresh_name, identifier
@@ -105,6 +106,7 @@ class Imported:
     nodes: tuple[dict[str, Any], ...] = ()
     constants: Mapping[str, Derived] = field(default_factory=dict)  # written to DIR/constants.npz
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # as --input-shape fixed them
+    blocked: Mapping[str, int] = field(default_factory=dict)  # value -> channels a block (blocked.py)
 
     def to_json(self) -> dict[str, Any]:
         """DIR/model.json."""
@@ -112,6 +114,7 @@ class Imported:
                 "input_shapes": {name: list(shape) for name, shape in self.input_shapes.items()},
                 "inputs": list(self.inputs),
                 "outputs": list(self.outputs),
+                "blocked": dict(self.blocked),
                 "constants": [derived.json(name) for name, derived in self.constants.items()],
                 "calls": [{"kernel": c.kernel, "file": f"{c.kernel}.dojo", "nodes": list(c.nodes),
                            "inputs": list(c.inputs), "outputs": list(c.outputs)} for c in self.calls],
@@ -499,18 +502,20 @@ class GraphImporter:
         return node, result
 
     def _fold_into_product(self, onnx_node: onnx.NodeProto, name: str) -> bool:
-        """Fold a BatchNormalization of constants into the Conv of constant weights whose output
-        only it reads (batchnorm.py): the Conv's entry in `graph_nodes` becomes the Conv with the
-        derived weights, writing the BatchNormalization's output, which `absorbed` lists under it;
-        the derived constants join `constants` under names that neither it nor the graph's values
-        have. Whether it did."""
-        if onnx_node.op_type != "BatchNormalization" or onnx_node.domain not in DEFAULT_DOMAINS \
-                or not onnx_node.input or onnx_node.input[0] not in self.made_by \
-                or self.readers[onnx_node.input[0]] != 1:
+        """Fold a BatchNormalization of constants, or a Mul or Add of one constant a channel, into
+        the Conv of constant weights whose output only it reads (conv_fold.py): the Conv's entry in
+        `graph_nodes` becomes the Conv with the derived weights, writing the node's output, which
+        `absorbed` lists under it (a chain of them folds one after the other); the derived
+        constants join `constants` under names that neither it nor the graph's values have, each
+        with the model's own constants it comes from. Whether it did."""
+        if onnx_node.op_type not in FOLDED_OPS or onnx_node.domain not in DEFAULT_DOMAINS:
             return False
-        position, conv = self.made_by[onnx_node.input[0]]
+        read = [n for n in onnx_node.input if n in self.made_by and self.readers[n] == 1]
+        if not read:
+            return False
+        position, conv = self.made_by[read[0]]
         product, kernel = self.graph_nodes[position]
-        if kernel is None or product.name in self.absorbed:
+        if kernel is None:
             return False
         folded = fold_into_conv(conv, onnx_node, self.constants, self.values | self.constants.keys())
         if folded is None:
@@ -520,11 +525,18 @@ class GraphImporter:
         if isinstance(result, Unsupported):
             return False
         self.constants.update(folded.constants)
-        self.derived.update((n, Derived(value, tuple(folded.sources[n]), f"{product.name}'s weights with {name} "
-                                        "folded in")) for n, value in folded.constants.items())
+        self.derived.update((n, Derived(value, self._model_sources(folded.sources[n]),
+                                        f"{product.name}'s weights with {name} folded in"))
+                            for n, value in folded.constants.items())
         self.graph_nodes[position] = (node, result)
-        self.absorbed[product.name] = [_loose_node(onnx_node, name, self.opset, self.tensors, self.constants)]
+        self.made_by[onnx_node.output[0]] = (position, folded.node)
+        self.absorbed.setdefault(product.name, []).append(
+            _loose_node(onnx_node, name, self.opset, self.tensors, self.constants))
         return True
+
+    def _model_sources(self, names: Sequence[str]) -> tuple[str, ...]:
+        """`names`, each derived constant among them replaced by the model's constants it comes from."""
+        return tuple(dict.fromkeys(m for n in names for m in (self.derived[n].sources if n in self.derived else (n,))))
 
     def imported(self, fuse: bool, input_shapes: Mapping[str, Sequence[int]]) -> Imported:
         """The import of the nodes visited: the booleans that selects compute dropped, derived
@@ -546,6 +558,9 @@ class GraphImporter:
             groups = [((node, ), kernel) for node, kernel in graph_nodes if kernel is not None]
         groups = [(tuple(m for node in nodes for m in (node, *self.absorbed.get(node.name, ()))), kernel)
                   for nodes, kernel in groups]
+        covered = {node.name for nodes, _ in groups for node in nodes}
+        outside = {v for r in self.records if r["name"] not in covered for v in r["inputs"]}
+        groups, blocks = blocked_groups(groups, keep={o.name for o in self.graph.output}, outside=outside)
         kernels, calls = _calls(self.name, groups)
         by_node = {node: call.kernel for call in calls for node in call.nodes}
         for record in self.records:
@@ -557,7 +572,7 @@ class GraphImporter:
             constants={n: d for n, d in self.derived.items() if any(n in call.inputs for call in calls)},
             inputs=tuple(_tensor(i).json(i.name) for i in graph.input if i.name not in known and _tensor(i)),
             outputs=tuple(_tensor(o).json(o.name) for o in graph.output if _tensor(o)),
-            nodes=tuple(self.records), input_shapes={n: tuple(s) for n, s in input_shapes.items()})
+            nodes=tuple(self.records), input_shapes={n: tuple(s) for n, s in input_shapes.items()}, blocked=blocks)
 
 
 def write_import(imported: Imported, out: Path) -> list[Path]:

@@ -50,6 +50,10 @@ FEATURES = {
     "invalid": "its shapes or attributes disagree with its operator's definition",
 }
 
+ACCESS = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\[")  # an array's name where it is accessed
+LINE = re.compile(r"(?P<sizes>(?:\d+ )*)(?P<array>[A-Za-z_]\w*)\[(?P<indices>[^\]]*)\] "
+                  r"(?P<assign>=|\+=|\*=|max=|min=) (?P<expression>.*)")  # a body line as Kernel.loop writes it
+
 # The format's keywords, and the words that start a derivation line: a tensor is never named so.
 _KEYWORDS = KEYWORDS | {"spec", "move"}
 

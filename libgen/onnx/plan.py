@@ -113,6 +113,20 @@ def classify(unit: Unit, nodes: Sequence[onnx.NodeProto], library: Library, held
         unit.outputs = [o for node in members for o in node.output if o]
 
 
+def layout_consistent(held: Collection[str], calls: Sequence[Any], blocked: Collection[str]) -> set[str]:
+    """The kernels of `held` that may run: not those of the calls that share a value in blocks of
+    channels (the import's `blocked`) with a call whose kernel the library lacks, since ONNX
+    Runtime reads and writes that value in the graph's layout; a call so left to ONNX Runtime may
+    leave more."""
+    held = set(held)
+    while True:
+        broken = {v for v in blocked if any(c.kernel not in held for c in calls if v in c.inputs or v in c.outputs)}
+        dropped = {c.kernel for c in calls if broken & {*c.inputs, *c.outputs}} & held
+        if not dropped:
+            return held
+        held -= dropped
+
+
 def ordered(units: list[Unit]) -> list[Unit]:
     """`units` in an order that runs the graph: each when its inputs exist, the earliest first."""
     maker = {name: u for u, unit in enumerate(units) for name in unit.outputs}

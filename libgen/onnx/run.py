@@ -50,6 +50,7 @@ from .plan import (
     classify,
     concatenated_in_place,
     dead_after,
+    layout_consistent,
     merged,
     needed,
     ordered,
@@ -118,6 +119,7 @@ class ModelRunner:
         model = read_model(model_path, input_shapes)
         imported, held = import_in_memory(model_path, fuse, {k["name"]: k.get("spec_hash") for k in
                                                              manifest["kernels"]}, input_shapes)
+        held = layout_consistent(held, imported.calls, imported.blocked)
         library = load_library(library_dir, manifest, imported.kernels, held)
         self.model = model_path.name
         self._model, self._library, self._nodes = model, library, list(model.graph.node)

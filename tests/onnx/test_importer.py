@@ -318,6 +318,42 @@ def test_a_batchnorm_that_cannot_fold_stays_a_kernel_of_its_own(variant):
         assert_calls_match_ort(imported, proto, feed_of(proto))
 
 
+def conv_bn_scaled(scale_shape, shift_shape, swap=False):
+    """conv_bn, then (as Inception v2 writes it) a Mul by `scale_shape` and an Add of `shift_shape`
+    constants, the Add's operands swapped when `swap`."""
+    proto = conv_bn()
+    rng = np.random.default_rng(4)
+    proto.graph.initializer.extend([
+        numpy_helper.from_array((1 + 0.3 * rng.standard_normal(scale_shape)).astype(np.float32), "k"),
+        numpy_helper.from_array(rng.standard_normal(shift_shape).astype(np.float32), "d")])
+    proto.graph.node.extend([helper.make_node("Mul", ["y", "k"], ["m"], name="mul"),
+                             helper.make_node("Add", ["d", "m"] if swap else ["m", "d"], ["z"], name="add")])
+    proto.graph.output[0].CopyFrom(helper.make_tensor_value_info("z", F, [2, 6, 6, 5]))
+    return proto
+
+
+@pytest.mark.parametrize("scale_shape, shift_shape, swap", [((6, 1, 1), (6, 1, 1), False), ((1, 6, 1, 1), (1,), True),
+                                                             ((), (1, 1, 1), False)])
+def test_a_mul_and_add_of_one_constant_a_channel_fold_into_the_conv_after_its_batchnorm(scale_shape, shift_shape,
+                                                                                        swap):
+    proto = conv_bn_scaled(scale_shape, shift_shape, swap)
+    imported = import_model(proto)
+    (call,) = imported.calls
+    assert call.nodes == ("conv", "bn", "mul", "add") and call.outputs == ("z",)
+    weights, bias = (imported.constants[name] for name in call.inputs[1:])
+    assert set(weights.sources) == {"w", "scale", "shift", "mean", "var", "k"}  # the model's own, not the derived
+    assert set(bias.sources) == {"b", "scale", "shift", "mean", "var", "k", "d"}
+    assert_calls_match_ort(imported, proto, feed_of(proto))
+
+
+@pytest.mark.parametrize("scale_shape", [(6, 6, 5), (1, 1, 1, 5), (2, 6, 1, 1)])
+def test_a_mul_by_a_constant_that_varies_within_a_channel_stays_a_kernel_of_its_own(scale_shape):
+    proto = conv_bn_scaled(scale_shape, (6, 1, 1))
+    imported = import_model(proto)
+    assert [c.nodes for c in imported.calls] == [("conv", "bn"), ("mul",), ("add",)]
+    assert_calls_match_ort(imported, proto, feed_of(proto))
+
+
 def test_fusing_reads_a_convs_activation_and_pool_into_its_kernel():
     proto = conv_bn(then="Relu")
     proto.graph.node.append(helper.make_node("MaxPool", ["z"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]))
