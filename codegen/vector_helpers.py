@@ -6,10 +6,12 @@
 
 codegen/cvector.py writes statements that name these helpers and types; codegen/c.py collects the
 names a source uses and prepends only their definitions. Every helper is one `static inline` line
-on GCC/Clang vector types, so one definition serves every target:
+on GCC/Clang vector types (two, under the preprocessor, for the masked moves), so one definition
+serves every target:
 
 - `dojo_splat_*` broadcasts a scalar; `dojo_loadn_*` and `dojo_storen_*` move the first n lanes
-  of a widened vector (cvector's `_widened_piece`);
+  of a widened vector (cvector's `_widened_piece`), by one of AVX-512's masked moves where the
+  compiler targets it (`#if defined(__AVX512F__)`), else lane by lane;
 - `dojo_gatherS_*` reads every S-th element, as contiguous loads picked by shuffles;
 - `dojo_hadd_*`, `dojo_hmul_*`, `dojo_hmax_*`, `dojo_hmin_*` combine a vector's lanes as a tree
   into a scalar (a reassociation of the reduction, which the moves treat as reorderable);
@@ -88,12 +90,13 @@ def _vector_helper(func: str, dtype: str, lanes_text: str, register_bytes: int) 
     # The first n lanes, the rest 0, and n a constant once inlined. Lane by lane, not memcpy: a
     # memcpy of part of a local vector makes GCC keep the whole array it came from in memory.
     if func == "loadn":
-        return f"static inline {v} {name}(const {t} *p, int n) {{ {v} r = {{0}}; for (int k = 0; k < n; ++k) " \
-               "r[k] = p[k]; return r; }"
+        return _masked(func, dtype, lanes, f"static inline {v} {name}(const {t} *p, int n) {{ {v} r = {{0}}; "
+                                              "for (int k = 0; k < n; ++k) r[k] = p[k]; return r; }")
     if func.startswith("gather"):
         return _gather_helper(int(func.removeprefix("gather")), dtype, lanes)
     if func == "storen":
-        return f"static inline void {name}({t} *p, {v} a, int n) {{ for (int k = 0; k < n; ++k) p[k] = a[k]; }}"
+        return _masked(func, dtype, lanes, f"static inline void {name}({t} *p, {v} a, int n) "
+                                              "{ for (int k = 0; k < n; ++k) p[k] = a[k]; }")
     if func in ("max", "min"):
         m = vector_type(_mask_dtype(dtype), lanes)
         compare = ">" if func == "max" else "<"
@@ -108,6 +111,31 @@ def _vector_helper(func: str, dtype: str, lanes_text: str, register_bytes: int) 
     scalar = function_name(func, dtype)
     return (f"static inline {v} {name}({v} a) {{ {v} r; for (int k = 0; k < {lanes}; ++k) r[k] = {scalar}(a[k]); "
             "return r; }")
+
+
+# AVX-512's masked moves of floats (GCC's builtins, which need no header): vector bytes -> the
+# builtins' width and the macro that says the compiler may use them
+_MASKED_MOVES = {64: ("512", "__AVX512F__"), 32: ("256", "__AVX512VL__"), 16: ("128", "__AVX512VL__")}
+
+
+def _masked(func: str, dtype: str, lanes: int, portable: str) -> str:
+    """`dojo_loadn` or `dojo_storen` as one masked move where AVX-512 has it, else `portable`,
+    lane by lane: GCC moves the lanes of the latter one by one, and an AVX-512 core then writes
+    and reads a pooling window's row of 14 floats as 14 scalar stores and loads (an AveragePool
+    of 576 channels at 14x14 took 0.48 ms, 0.30 with masked moves)."""
+    width = _MASKED_MOVES.get(lanes * DTYPE_BYTES[dtype])
+    if dtype not in FLOAT_DTYPES or width is None:
+        return portable
+    bits, macro = width
+    v, t = vector_type(dtype, lanes), c_type(dtype)
+    kind, mask = f"{'ps' if dtype == 'f32' else 'pd'}{bits}", "unsigned short" if lanes == 16 else "unsigned char"
+    if func == "loadn":
+        masked = (f"static inline {v} dojo_loadn_{dtype}x{lanes}(const {t} *p, int n) {{ return "
+                  f"__builtin_ia32_loadu{kind}_mask(p, ({v}){{0}}, ({mask})((1u << n) - 1)); }}")
+    else:
+        masked = (f"static inline void dojo_storen_{dtype}x{lanes}({t} *p, {v} a, int n) {{ "
+                  f"__builtin_ia32_storeu{kind}_mask(p, a, ({mask})((1u << n) - 1)); }}")
+    return f"#if defined({macro})\n{masked}\n#else\n{portable}\n#endif"
 
 
 def _halved(func: str, dtype: str, lanes: int) -> str:

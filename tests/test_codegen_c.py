@@ -31,6 +31,7 @@ from codegen.build import BuildError, build
 from codegen.c import generate_c, streamed
 from codegen.cvector import pieces, streamable
 from codegen.targets import Target, streaming_threshold_bytes
+from codegen.vector_helpers import vector_helper_source
 from dojo_ir import interpret, load, random_inputs, to_text
 from dojo_ir.analysis import Analysis
 from dojo_ir.fuzz import fuzz_shape
@@ -914,6 +915,17 @@ def test_a_row_of_6_lanes_is_one_vector_of_8(target: str, cache: Path) -> None:
     assert "b_y[i0*6 + 5] = " not in kernel
     for seed in range(3):
         assert_matches(program, cache, random_inputs(program, seed), get_target(target))
+
+
+def test_a_part_of_a_vector_moves_in_one_masked_move_where_avx512_has_one() -> None:
+    """dojo_loadn and dojo_storen: AVX-512's masked moves when the compiler targets it (lanes by
+    the mask, the rest zero), lane by lane elsewhere; integers and 2-lane vectors always lane by lane."""
+    source = vector_helper_source(["dojo_loadn_f32x16", "dojo_storen_f64x4", "dojo_loadn_i32x16", "dojo_loadn_f32x2"])
+    assert "#if defined(__AVX512F__)\nstatic inline vf32x16 dojo_loadn_f32x16(const float *p, int n) { return " \
+           "__builtin_ia32_loadups512_mask(p, (vf32x16){0}, (unsigned short)((1u << n) - 1)); }\n#else\n" in source
+    assert "#if defined(__AVX512VL__)\nstatic inline void dojo_storen_f64x4(double *p, vf64x4 a, int n) { " \
+           "__builtin_ia32_storeupd256_mask(p, a, (unsigned char)((1u << n) - 1)); }" in source
+    assert source.count("#if") == 2 and source.count("for (int k = 0; k < n; ++k)") == 4
 
 
 def test_lanes_that_some_access_reaches_are_not_stored_whole(cache: Path) -> None:
