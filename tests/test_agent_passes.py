@@ -301,3 +301,40 @@ def test_heuristic_normalises_each_channel_right_after_its_statistics() -> None:
     narrow = load(KERNELS["batchnorm2"].text(n=2, c=3, h=4, w=8))
     text = to_text(advance(narrow, heuristic(narrow, CPU)))
     assert len([line for line in text.split("\n\n")[-1].splitlines() if not line.startswith("|")]) == 2
+
+
+BLOCKED_CONV = """kernel conv(x, wb) -> y
+
+x f32 [1, 4, 9, 9, 32] heap
+wb f32 [1, 2, 128, 3, 3, 32] heap
+y f32 [1, 2, 7, 7, 32] heap
+
+2 7 7 32 y[0,{0},{1},{2},{3}] = 0
+2 7 7 32 4 32 3 3 y[0,{0},{1},{2},{3}] += x[0,{4},{1}+{6},{2}+{7},{5}] * wb[0,{0},{4}*32+{5},{6},{7},{3}]
+"""
+
+
+def test_heuristic_leads_a_reduction_split_into_blocks_with_its_outer_part() -> None:
+    """A convolution over input channels in blocks of 32 (4 blocks) reduces over the blocks, then
+    the 32 channels of one, then the taps, as the weights lie in memory: with the longer scope of
+    32 first, every step would read weights a block apart."""
+    spec = load(BLOCKED_CONV)
+    moves = heuristic(spec, get_target("x86-avx512"))
+    program = advance(spec, moves)
+    (product,) = [chain for op, chain in walk_ops(program.body) if op.assign == "+=" and "x" in str(op.value)]
+    reductions = [scope.size for scope in product if not scope.kind][-4:]
+    assert reductions == [4, 32, 3, 3]
+    _check(spec, moves)
+
+
+@pytest.mark.parametrize("outer, inner, parallel", [(3, 28, 1), (7, 7, 0), (4, 28, 0)])
+def test_heuristic_parallelises_a_scope_that_balances_over_the_cores(outer: int, inner: int, parallel: int) -> None:
+    """On 2 cores: 3 blocks would leave a core idle a third of the time, so the 28 rows inside them
+    run on the cores; 7 rows inside 7 blocks would start the threads 49 times, and 4 blocks
+    balance already."""
+    spec = load(f"kernel scale(x) -> y\n\nx f32 [{outer}, {inner}, 64] heap\ny f32 [{outer}, {inner}, 64] heap\n\n"
+                f"{outer} {inner} 64 y[{{0}},{{1}},{{2}}] = x[{{0}},{{1}},{{2}}] * 2\n")
+    program = advance(spec, moves := heuristic(spec, replace(CPU, cores=2)))
+    ((_, chain),) = list(walk_ops(program.body))
+    assert [d for d, scope in enumerate(chain) if scope.kind == "p"] == [parallel]
+    _check(spec, moves)

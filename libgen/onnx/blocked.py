@@ -31,16 +31,18 @@ cannot have unblocks the value.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from dojo_ir.affine import Affine, NotAffine, affine
+from dojo_ir.fastparse import fast_line
+from dojo_ir.printer import op_text
+from dojo_ir.refs import ref, substitute_op, used_as_value
+from dojo_ir.tree import Access, Binary, Call, Expr, Op, Unary, accesses
+
 from .channels_last import DERIVED_SUFFIX
 from .fuse import FUSABLE
-from .nodes import ACCESS, LINE, Array, Kernel, Node
-
-_REFERENCE = re.compile(r"\{(\d+)\}")
-_TOKEN = re.compile(r"\{\d+\}|\d+|[-+*()]")
+from .nodes import Array, Kernel, Node
 
 
 class NotBlockable(Exception):
@@ -48,142 +50,85 @@ class NotBlockable(Exception):
 
 
 @dataclass(frozen=True)
-class _Affine:
-    """An index: coefficient by loop reference, and a constant."""
-
-    terms: tuple[tuple[int, int], ...]
-    constant: int
-
-    @staticmethod
-    def parse(text: str) -> _Affine:
-        """An index as the format writes one: integers, `{d}`, `+`, `-`, `*` by an integer, parentheses."""
-        tokens = _TOKEN.findall(text)
-        if "".join(tokens) != text.replace(" ", ""):
-            raise NotBlockable(f"index `{text}` is not affine")
-        parsed, rest = _sum(tokens)
-        if rest:
-            raise NotBlockable(f"index `{text}` is not affine")
-        return _Affine(tuple(sorted((r, c) for r, c in parsed.items() if r is not None and c)), parsed.get(None, 0))
-
-    def render(self) -> str:
-        parts = [(c, f"{{{r}}}" if abs(c) == 1 else f"{{{r}}}*{abs(c)}") for r, c in self.terms]
-        parts += [(self.constant, str(abs(self.constant)))] if self.constant else []
-        parts.sort(key=lambda part: part[0] < 0)
-        return "".join(("-" if c < 0 else "+" if i else "") + t for i, (c, t) in enumerate(parts)) or "0"
-
-    def split(self, loop: int, inner: int) -> _Affine:
-        """The index after loop `loop` became loops `loop` (outer) and `loop + 1` (of `inner`)."""
-        terms: dict[int, int] = {}
-        for r, c in self.terms:
-            if r == loop:
-                terms[loop], terms[loop + 1] = c * inner, c
-            else:
-                terms[r + 1 if r > loop else r] = c
-        return _Affine(tuple(sorted(terms.items())), self.constant)
-
-
-@dataclass(frozen=True)
-class _Access:
-    array: str
-    indices: tuple[_Affine, ...]
-
-    def render(self) -> str:
-        return f"{self.array}[{','.join(i.render() for i in self.indices)}]"
-
-
-@dataclass(frozen=True)
 class _Line:
-    """A body line as Kernel.loop writes it: its expression cut into text and accesses."""
+    """A body line as Kernel.loop writes it: its loops' sizes and its operation, read by the
+    format's own parser and printed back by its printer."""
 
     sizes: tuple[int, ...]
-    target: _Access
-    assign: str
-    pieces: tuple[str | _Access, ...]
+    op: Op
 
     @staticmethod
     def parse(text: str) -> _Line:
-        line = LINE.fullmatch(text)
-        if line is None:
+        body = fast_line(text, 1, "body")
+        if body is None or any(token.kind != "size" for token in body.tokens):
             raise NotBlockable(f"line `{text}` is not a loop nest")
-        pieces: list[str | _Access] = []
-        expression, at = line["expression"], 0
-        for match in ACCESS.finditer(expression):
-            end = expression.index("]", match.end())
-            pieces += [expression[at:match.start()], _access(match[1], expression[match.end():end])]
-            at = end + 1
-        pieces.append(expression[at:])
-        return _Line(tuple(int(s) for s in line["sizes"].split()), _access(line["array"], line["indices"]),
-                     line["assign"], tuple(pieces))
+        return _Line(tuple(token.size for token in body.tokens), body.op)
 
     def render(self) -> str:
-        expression = "".join(p if isinstance(p, str) else p.render() for p in self.pieces)
-        return " ".join([*map(str, self.sizes), self.target.render(), self.assign, expression])
+        return " ".join([*map(str, self.sizes), op_text(self.op)])
 
     @property
-    def accesses(self) -> list[_Access]:
-        return [self.target, *(p for p in self.pieces if isinstance(p, _Access))]
+    def accesses(self) -> list[Access]:
+        return [self.op.target, *accesses(self.op.value)]
 
     def split(self, loop: int, inner: int) -> _Line:
         """Loop `loop` as an outer loop and an inner one of `inner` iterations."""
-        def renumber(match: re.Match) -> str:
-            r = int(match[1])
-            return f"({{{r}}}*{inner}+{{{r + 1}}})" if r == loop else f"{{{r + 1 if r > loop else r}}}"
-
-        def moved(access: _Access) -> _Access:
-            return _Access(access.array, tuple(i.split(loop, inner) for i in access.indices))
-
         sizes = (*self.sizes[:loop], self.sizes[loop] // inner, inner, *self.sizes[loop + 1:])
-        pieces = tuple(_REFERENCE.sub(renumber, p) if isinstance(p, str) else moved(p) for p in self.pieces)
-        return _Line(sizes, moved(self.target), self.assign, pieces)
+        return _Line(sizes, substitute_op(self.op, lambda d: ref(loop).scale(inner) + ref(loop + 1) if d == loop
+                                          else ref(d + 1) if d > loop else ref(d)))
 
 
-_Terms = dict  # loop reference (None: the constant) -> coefficient
+def _index(access: Access, position: int) -> Affine:
+    try:
+        return affine(access.index[position])
+    except NotAffine as error:
+        raise NotBlockable(f"index `{access.index[position]}` is not affine") from error
 
 
-def _sum(tokens: list[str]) -> tuple[_Terms, list[str]]:
-    total: _Terms = {}
-    sign = 1
-    while tokens and tokens[0] in "+-":
-        sign, tokens = (-sign if tokens[0] == "-" else sign), tokens[1:]
+def _decompose(index: Affine, block: int, sizes: Sequence[int]) -> tuple[Affine, Affine] | int:
+    """(index / block, index % block) as two indices, or the loop to split first so that they are."""
+    outer = Affine.of({d: c // block for d, c in index.terms if c % block == 0}, index.const // block)
+    inner = Affine.of({d: c for d, c in index.terms if c % block}, index.const % block)
+    lowest, highest = inner.bounds(sizes)
+    if 0 <= lowest and highest < block:
+        return outer, inner
+    for d, c in inner.terms:  # a loop that crosses blocks, whose steps a block holds a whole number of
+        if 0 < c < block and block % c == 0 and sizes[d] * c > block and (sizes[d] * c) % block == 0:
+            return d
+    raise NotBlockable(f"channel index `{index.to_expr()}` crosses blocks of {block}")
+
+
+def _with_accesses(expr: Expr, rewrite: dict[Access, Access]) -> Expr:
+    """`expr` with each access in `rewrite` replaced."""
+    if isinstance(expr, Access):
+        return rewrite.get(expr, expr)
+    if isinstance(expr, Unary):
+        return replace(expr, operand=_with_accesses(expr.operand, rewrite))
+    if isinstance(expr, Binary):
+        return replace(expr, left=_with_accesses(expr.left, rewrite), right=_with_accesses(expr.right, rewrite))
+    if isinstance(expr, Call):
+        return replace(expr, args=tuple(_with_accesses(a, rewrite) for a in expr.args))
+    return expr
+
+
+def _blocked_line(line: _Line, blocks: Mapping[str, int]) -> _Line:
     while True:
-        term, tokens = _product(tokens)
-        for r, c in term.items():
-            total[r] = total.get(r, 0) + sign * c
-        if not tokens or tokens[0] not in "+-":
-            return total, tokens
-        sign, tokens = (-1 if tokens[0] == "-" else 1), tokens[1:]
-
-
-def _product(tokens: list[str]) -> tuple[_Terms, list[str]]:
-    result, tokens = _factor(tokens)
-    while tokens and tokens[0] == "*":
-        factor, tokens = _factor(tokens[1:])
-        if set(factor) <= {None}:
-            result = {r: c * factor.get(None, 0) for r, c in result.items()}
-        elif set(result) <= {None}:
-            result = {r: c * result.get(None, 0) for r, c in factor.items()}
+        rewrite: dict[Access, Access] = {}
+        for access in line.accesses:
+            block = blocks.get(access.array)
+            if block is None:
+                continue
+            channel = _index(access, 1)
+            parts = _decompose(channel, block, line.sizes)
+            if isinstance(parts, int):
+                line = line.split(parts, block // channel.coef(parts))
+                break
+            rest = access.index[2:]
+            rewrite[access] = replace(access, index=(access.index[0], parts[0].to_expr(), *rest, parts[1].to_expr()))
         else:
-            raise NotBlockable("a product of two loop references is not affine")
-    return result, tokens
-
-
-def _factor(tokens: list[str]) -> tuple[_Terms, list[str]]:
-    if not tokens:
-        raise NotBlockable("an index ends early")
-    head, tokens = tokens[0], tokens[1:]
-    if head == "(":
-        inside, tokens = _sum(tokens)
-        if not tokens or tokens[0] != ")":
-            raise NotBlockable("unbalanced parentheses in an index")
-        return inside, tokens[1:]
-    if head == "-":
-        inside, tokens = _factor(tokens)
-        return {r: -c for r, c in inside.items()}, tokens
-    if head.startswith("{"):
-        return {int(head[1:-1]): 1}, tokens
-    if head.isdigit():
-        return {None: int(head)}, tokens
-    raise NotBlockable(f"`{head}` in an index")
+            op = line.op
+            return _Line(line.sizes, replace(op, target=rewrite.get(op.target, op.target),
+                                             value=_with_accesses(op.value, rewrite)))
 
 
 def _lanes_innermost(line: _Line, blocks: Mapping[str, int]) -> _Line:
@@ -191,65 +136,19 @@ def _lanes_innermost(line: _Line, blocks: Mapping[str, int]) -> _Line:
     where a write-back to NCHW had its positions: the lanes are then the vector, contiguous.
     Only a plain assignment whose target uses every loop and which reads no target element: its
     iterations are independent, and any order computes the same."""
-    target, loops = line.target, len(line.sizes)
-    if target.array not in blocks or line.assign != "=" or any(a.array == target.array for a in line.accesses[1:]):
+    op, loops = line.op, len(line.sizes)
+    if op.target.array not in blocks or op.assign != "=" or any(a.array == op.target.array
+                                                                 for a in accesses(op.value)):
         return line
-    used = {r for index in target.indices for r, _ in index.terms}
-    lane = target.indices[-1].terms
-    if used != set(range(loops)) or len(lane) != 1 or lane[0][1] != 1 or lane[0][0] == loops - 1:
+    used = {d for i in range(len(op.target.index)) for d, _ in _index(op.target, i).terms}
+    lane = _index(op.target, -1)
+    if used != set(range(loops)) or len(lane.terms) != 1 or lane.terms[0][1] != 1 \
+            or lane.terms[0][0] == loops - 1 or any(used_as_value(op.value, d) for d in range(loops)):
         return line
-    moved = lane[0][0]
-    order = [r for r in range(loops) if r != moved] + [moved]  # new position -> old loop
+    moved = lane.terms[0][0]
+    order = [d for d in range(loops) if d != moved] + [moved]  # new position -> old loop
     new = {old: position for position, old in enumerate(order)}
-    text = "".join(p if isinstance(p, str) else "\0" for p in line.pieces)
-    if _REFERENCE.search(text):  # a loop read as a value: left as it is
-        return line
-
-    def renamed(access: _Access) -> _Access:
-        return _Access(access.array, tuple(_Affine(tuple(sorted((new[r], c) for r, c in i.terms)), i.constant)
-                                           for i in access.indices))
-
-    return _Line(tuple(line.sizes[r] for r in order), renamed(target), line.assign,
-                 tuple(p if isinstance(p, str) else renamed(p) for p in line.pieces))
-
-
-def _access(array: str, indices: str) -> _Access:
-    return _Access(array, tuple(_Affine.parse(i.replace(" ", "")) for i in indices.split(",") if i.strip()))
-
-
-def _decompose(index: _Affine, block: int, sizes: Sequence[int]) -> tuple[_Affine, _Affine] | int:
-    """(index / block, index % block) as two indices, or the loop to split first so that they are."""
-    outer = [(r, c // block) for r, c in index.terms if c % block == 0]
-    inner = [(r, c) for r, c in index.terms if c % block]
-    lowest = index.constant % block + sum(min(0, c * (sizes[r] - 1)) for r, c in inner)
-    highest = index.constant % block + sum(max(0, c * (sizes[r] - 1)) for r, c in inner)
-    if 0 <= lowest and highest < block:
-        return (_Affine(tuple(outer), index.constant // block),
-                _Affine(tuple(inner), index.constant % block))
-    for r, c in inner:  # a loop that crosses blocks, whose steps a block holds a whole number of
-        if 0 < c < block and block % c == 0 and sizes[r] * c > block and (sizes[r] * c) % block == 0:
-            return r
-    raise NotBlockable(f"channel index `{index.render()}` crosses blocks of {block}")
-
-
-def _blocked_line(line: _Line, blocks: Mapping[str, int]) -> _Line:
-    while True:
-        accesses = []
-        for access in line.accesses:
-            block = blocks.get(access.array)
-            if block is None:
-                accesses.append(access)
-                continue
-            parts = _decompose(access.indices[1], block, line.sizes)
-            if isinstance(parts, int):
-                line = line.split(parts, block // dict(access.indices[1].terms)[parts])
-                break
-            first, *rest = access.indices[2:]
-            accesses.append(_Access(access.array, (access.indices[0], parts[0], first, *rest, parts[1])))
-        else:
-            pieces = iter(accesses[1:])
-            return _Line(line.sizes, accesses[0], line.assign,
-                         tuple(p if isinstance(p, str) else next(pieces) for p in line.pieces))
+    return _Line(tuple(line.sizes[d] for d in order), substitute_op(op, lambda d: ref(new[d])))
 
 
 def blocked_shape(shape: Sequence[int], block: int) -> tuple[int, ...]:
@@ -272,7 +171,9 @@ def with_blocked(kernel: Kernel, blocks: Mapping[str, int]) -> Kernel:
 
     result.inputs, result.outputs = layout(kernel.inputs), layout(kernel.outputs)
     result.temporaries = layout(kernel.temporaries)
-    result.lines = [_lanes_innermost(_blocked_line(line, blocks), blocks).render() for line in lines]
+    result.lines = [_lanes_innermost(_blocked_line(line, blocks), blocks).render()
+                    if any(a.array in blocks for a in line.accesses) else text
+                    for line, text in zip(lines, kernel.lines, strict=True)]
     result.sources, result.derived = dict(kernel.sources), dict(kernel.derived)
     result.notes = [*kernel.notes, "Blocked layout: " + ", ".join(
         f"`{name}` in blocks of {block} channels, innermost" for name, block in blocks.items()) + "."]
@@ -289,7 +190,7 @@ def _with_copies(kernel: Kernel, lines: Sequence[_Line], blocks: Mapping[str, in
     while grown:
         grown = False
         for line in lines:
-            channel = {a.array: a.indices[1] for a in line.accesses if len(a.indices) >= 3}
+            channel = {a.array: _index(a, 1) for a in line.accesses if len(a.index) >= 3}
             for name, index in channel.items():
                 if name not in shapes or name in blocks or len(shapes[name]) < 3:
                     continue
