@@ -14,8 +14,8 @@ piece the same statement with the lane variable at the piece's first lane.
 Pieces no wider than a 512-bit register let the compiler keep a tile of
 accumulators in registers, which it does not do for the halves of a wider
 vector. A scope whose pieces would end in scalars (a conv row's tail of 6
-lanes: 4 and 2 scalars) is instead one vector of the next power of two
-(`widened_lanes`, 8) when that fits 64 bytes: a read whose row holds all 8
+lanes: 4 and 2 scalars) instead ends in one vector of the next power of two
+(`widened_tail`: 8; a row of 27 is 16 lanes and 11 as one vector of 16): a read whose row holds all 8
 lanes at every iteration is a whole load (the extra lanes are garbage that no
 stored lane depends on), and a store into a temporary's row padded past every
 index any access reaches (`pad_dim`; `last_index_reach`) is a whole store;
@@ -191,21 +191,25 @@ def _aligned(off: Offset, env: Env, lanes: int, elem: int) -> bool:
             and all(stride % lanes == 0 for _, _, stride in off.folded))
 
 
-def widened_lanes(size: int, dtype_bytes: int) -> int | None:
-    """The lanes of the one vector that computes a `:v` scope of `size` lanes whose pieces would
-    end in scalars (a conv row's tail of 6: 4 lanes and 2 scalars), the next power of two, when
-    that fits a piece; None when the pieces are all vectors or the vector would not fit."""
+def widened_tail(size: int, dtype_bytes: int) -> tuple[int, int] | None:
+    """The last piece of a `:v` scope of `size` lanes whose pieces would end in scalars, widened to
+    one vector, as (first lane, lanes): after as many of the widest pieces as fit, the lanes left
+    as one vector of the next power of two (a conv row's tail of 6, 4 lanes and 2 scalars: (0, 8);
+    a Winograd row of 27 f32, 16, 8 and 3 scalars: (16, 16)); None when the pieces are all vectors
+    or that vector would be narrower than 16 bytes."""
     if not any(lanes == 1 for _, lanes in pieces(size, dtype_bytes)):
         return None
-    wide = 1 << size.bit_length()
-    return wide if 16 <= wide * dtype_bytes <= PIECE_BYTES else None
+    widest = PIECE_BYTES // dtype_bytes
+    first = size // widest * widest
+    wide = 1 << (size - first).bit_length()
+    return (first, wide) if 16 <= wide * dtype_bytes <= PIECE_BYTES else None
 
 
 def vector_pieces(size: int, dtype_bytes: int) -> list[tuple[int, int]]:
     """(first lane, lanes) of the vectors that compute a `:v` scope of `size` lanes where the
     statement's arrays allow a widened vector (`vector_statement`)."""
-    wide = widened_lanes(size, dtype_bytes)
-    return [(0, wide)] if wide else pieces(size, dtype_bytes)
+    tail = widened_tail(size, dtype_bytes)
+    return pieces(size, dtype_bytes) if tail is None else [*pieces(tail[0], dtype_bytes), tail]
 
 
 def last_index_reach(program: Program) -> dict[str, int]:
@@ -232,7 +236,7 @@ def vector_statement(scope: Scope, lane: int, program: Program, env: Env, stream
     not vectorizable. `env` holds the enclosing scopes. `stream`: store with
     a streaming store (the caller checked `streamable`). With the scopes around
     it (`chain`, the scope itself last) and `last_index_reach`, a scope whose
-    pieces would end in scalars is one widened vector (`_widened_piece`)."""
+    pieces would end in scalars ends in one widened vector (`_widened_piece`)."""
     if not vectorizable(scope, lane, program):
         return None
     op = scope.body[0]
@@ -243,9 +247,11 @@ def vector_statement(scope: Scope, lane: int, program: Program, env: Env, stream
     parts = pieces(scope.size, dtype_bytes)
     if lane_use(op.target, lane) == "invariant":
         return _horizontal_pieces(op, lane, parts, program, env)
-    wide = widened_lanes(scope.size, dtype_bytes)
-    if wide and chain is not None and reach is not None and all(lane_use(a, lane) != "strided" for a in op.reads):
-        return _widened_piece(op, lane, wide, scope.size, program, env, chain, reach)
+    tail = widened_tail(scope.size, dtype_bytes)
+    if tail and chain is not None and reach is not None and all(lane_use(a, lane) != "strided" for a in op.reads):
+        first, wide = tail
+        return [line for start, lanes in pieces(first, dtype_bytes) for line in _piece(op, lane, start, lanes, program, env)] \
+            + _widened_piece(op, lane, first, wide, scope.size - first, program, env, chain, reach)
     return [line for first, lanes in parts for line in _piece(op, lane, first, lanes, program, env)]
 
 
@@ -308,11 +314,12 @@ class _WidePrinter(VectorPrinter):
     lanes are garbage that no stored lane depends on), any other is a load of `used` lanes."""
 
     used: int = 1
+    first: int = 0  # the piece's first lane
     chain: tuple[Scope, ...] = ()
 
     def whole_rows(self, access: Access) -> bool:
         last = self.program.buffer_of[access.array].storage_shape[-1]
-        return largest_value(affine(access.index[-1]), self.chain, skip=self.lane) + self.lanes <= last
+        return largest_value(affine(access.index[-1]), self.chain, skip=self.lane) + self.first + self.lanes <= last
 
     def access(self, access: Access, dtype: str) -> str:
         if lane_use(access, self.lane) == "invariant" or self.whole_rows(access):
@@ -321,19 +328,19 @@ class _WidePrinter(VectorPrinter):
                               access, dtype)
 
 
-def _widened_piece(op: Op, lane: int, lanes: int, used: int, program: Program, env: Env, chain: tuple[Scope, ...],
-                   reach: dict[str, int]) -> list[str]:
-    """A `:v` scope of `used` lanes computed as one vector of `lanes`, so that a register tile
-    of it (a conv row's tail of 6) stays a tile of vectors. It stores the extra lanes too when
-    they fall into the padding of a temporary's rows that no access reaches (`pad_dim` makes it,
-    `last_index_reach` proves it), else it stores `used` lanes."""
-    printer = _WidePrinter(program, {**env, lane: 0}, lane, lanes, used, chain)
+def _widened_piece(op: Op, lane: int, first: int, lanes: int, used: int, program: Program, env: Env,
+                   chain: tuple[Scope, ...], reach: dict[str, int]) -> list[str]:
+    """The `used` lanes of a `:v` scope from lane `first` on computed as one vector of `lanes`,
+    so that a register tile of it (a conv row's tail of 6) stays a tile of vectors. It stores the
+    extra lanes too when they fall into the padding of a temporary's rows that no access reaches
+    (`pad_dim` makes it, `last_index_reach` proves it), else it stores `used` lanes."""
+    printer = _WidePrinter(program, {**env, lane: first}, lane, lanes, used, first, chain)
     dtype = printer.dtype_of(op.target)
     value = printer.value(op.value, dtype)
     buffer = program.buffer_of[op.target.array]
     form = affine(op.target.index[-1])
     padded = (not set(buffer.array_names) & {*program.inputs, *program.outputs} and form.terms == ((lane, 1),)
-              and form.const + lanes <= buffer.storage_shape[-1] and reach[buffer.name] < form.const + used)
+              and form.const + first + lanes <= buffer.storage_shape[-1] and reach[buffer.name] < form.const + first + used)
     if padded:
         target = f"*{printer.pointer(op.target, const=False)}"
         if op.reduction is None:

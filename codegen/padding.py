@@ -6,7 +6,7 @@
           for (long dojo_r = 0; dojo_r < 192; ++dojo_r)
               for (long dojo_k = 8; dojo_k < 16; ++dojo_k) b_x_s[dojo_r * 16 + dojo_k] = 0;
 
-A `:v` scope of 6 lanes is one vector of 8 (`cvector.widened_lanes`), and its read of a row that
+A `:v` scope of 6 lanes is one vector of 8 (`cvector.widened_tail`), and its read of a row that
 holds all 8 lanes at every iteration is a whole load: its 2 extra lanes reach past the last element
 any operation writes (`last_index_reach`) into the row's padding. Their values never reach a
 stored lane, but the cores compute with them, and memory nothing wrote holds whatever was there
@@ -24,7 +24,7 @@ from dojo_ir.affine import affine
 from dojo_ir.tree import DTYPE_BYTES, Buffer, Program, walk_op_paths
 
 from .cexpr import buffer_var, storage_size
-from .cvector import lane_use, largest_value, last_index_reach, widened_lanes
+from .cvector import lane_use, largest_value, last_index_reach, widened_tail
 
 
 def read_padding(program: Program) -> dict[str, int]:
@@ -38,15 +38,15 @@ def read_padding(program: Program) -> dict[str, int]:
         if lane < 0 or chain[lane].kind != "v" or not op.target.index or lane_use(op.target, lane) != "contiguous":
             continue
         accesses = (op.target, *op.reads)
-        wide = widened_lanes(chain[lane].size, max(DTYPE_BYTES[program.buffer_of[a.array].dtype] for a in accesses))
-        if wide is None or any(lane_use(a, lane) == "strided" for a in op.reads):
+        tail = widened_tail(chain[lane].size, max(DTYPE_BYTES[program.buffer_of[a.array].dtype] for a in accesses))
+        if tail is None or any(lane_use(a, lane) == "strided" for a in op.reads):
             continue
         # a reduction's padded target is read as a whole vector too
         for access in accesses if op.reduction is not None else op.reads:
             buffer = program.buffer_of[access.array]
             if buffer.name in interface or not access.index or lane_use(access, lane) != "contiguous":
                 continue
-            furthest = largest_value(affine(access.index[-1]), chain, skip=lane) + wide - 1
+            furthest = largest_value(affine(access.index[-1]), chain, skip=lane) + sum(tail) - 1
             if reach[buffer.name] < furthest < buffer.storage_shape[-1]:
                 first[buffer.name] = reach[buffer.name] + 1
     return first

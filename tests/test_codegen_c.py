@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from codegen import TARGETS, generate, get_target
 from codegen.build import BuildError, build
 from codegen.c import generate_c, streamed
-from codegen.cvector import pieces, streamable
+from codegen.cvector import pieces, streamable, vector_pieces, widened_tail
 from codegen.targets import Target, streaming_threshold_bytes
 from codegen.vector_helpers import vector_helper_source
 from dojo_ir import interpret, load, random_inputs, to_text
@@ -794,6 +794,46 @@ def test_pieces_cover_a_vector_in_register_wide_parts(size: int, dtype_bytes: in
     assert [lanes for _, lanes in parts] == sorted((lanes for _, lanes in parts), reverse=True)
 
 
+@given(size=st.integers(2, 512), dtype_bytes=st.sampled_from([4, 8]))
+def test_a_row_ending_in_scalars_ends_in_one_widened_vector(size: int, dtype_bytes: int) -> None:
+    parts, tail = vector_pieces(size, dtype_bytes), widened_tail(size, dtype_bytes)
+    assert [first for first, _ in parts] == list(accumulate([0] + [lanes for _, lanes in parts[:-1]]))
+    if tail is None:
+        assert parts == pieces(size, dtype_bytes)
+        return
+    first, wide = tail
+    assert parts[-1] == tail and all(lanes * dtype_bytes == 64 for _, lanes in parts[:-1])
+    assert first < size < first + wide and 16 <= wide * dtype_bytes <= 64 and wide & (wide - 1) == 0
+    assert 1 in [lanes for _, lanes in pieces(size, dtype_bytes)]
+    assert first + wide // 2 < size or wide * dtype_bytes == 16  # the narrowest vector that holds them
+
+
+WIDENED_AFTER_PIECES = """kernel k(x, w) -> y
+
+x f32 [4, 29] heap
+w f32 [8, 3] heap
+y f32 [8, 27] heap
+t f32 [8, 32] stack
+
+8 27:v t[{0},{1}] = 0
+8 4 3 27:v t[{0},{3}] += x[{1},{3}+{2}] * w[{0},{2}]
+8 27:v y[{0},{1}] = t[{0},{1}]
+"""
+
+
+def test_a_row_of_27_lanes_is_a_vector_of_16_and_its_last_11_lanes_as_another(cache: Path) -> None:
+    """A Winograd row of 27 outputs: 16 lanes, then 11 as one vector of 16 (not 8 and three
+    scalars), whole in the temporary whose rows are padded to 32, moved 11 lanes alone in the
+    input's rows of 29 and the output's of 27."""
+    program = load(WIDENED_AFTER_PIECES)
+    kernel = generate(program, NATIVE)
+    assert "*(vf32x16 *)&b_t[i0*32 + 16] = *(vf32x16 *)&b_t[i0*32 + 16] + (dojo_loadn_f32x16(&b_x[" in kernel
+    assert "dojo_storen_f32x16(&b_y[i0*27 + 16], *(const vf32x16 *)&b_t[i0*32 + 16], 11)" in kernel
+    assert "vf32x8" not in kernel[kernel.index("static void kernel"):]
+    for seed in range(3):
+        assert_matches(program, cache, random_inputs(program, seed))
+
+
 ODD_VECTORS = """kernel k(x, w) -> y, s, c
 
 x f32 [3, 56] heap
@@ -811,13 +851,15 @@ c f32 [2, 54] heap
 
 
 def test_vectors_of_54_lanes_compute_in_pieces_what_the_interpreter_does(cache: Path) -> None:
-    """A convolution's row of 54 output columns as one `:v` scope: three 16-lane pieces, one of
-    4 and two scalars, for plain stores, a horizontal reduction and a vector reduction."""
+    """A convolution's row of 54 output columns as one `:v` scope: three 16-lane pieces and the
+    last 6 lanes as one vector of 8 (moved 6 lanes alone: y's rows hold no more) for plain stores
+    and a vector reduction; a horizontal reduction in pieces of 16, 4 and two scalars."""
     program = load(ODD_VECTORS)
     kernel = generate(program, NATIVE)
     kernel = kernel[kernel.index("static void kernel"):kernel.index("static void *dojo_alloc")]
-    assert kernel.count("*(vf32x16u *)&b_y[") == 3 and "*(vf32x4u *)&b_y[i0*54 + 48]" in kernel
-    assert "b_y[i0*54 + 53] = " in kernel and "dojo_hmax_f32x16(" in kernel
+    assert kernel.count("*(vf32x16u *)&b_y[") == 3 and "dojo_storen_f32x8(&b_y[i0*54 + 48], " in kernel
+    assert "dojo_storen_f32x8(&b_c[i0*54 + 48], dojo_loadn_f32x8(&b_c[i0*54 + 48], 6)" in kernel
+    assert "dojo_hmax_f32x4(" in kernel and "b_x[i0*56 + 54])" in kernel
     for seed in range(3):
         assert_matches(program, cache, random_inputs(program, seed))
 
