@@ -250,8 +250,14 @@ def vector_statement(scope: Scope, lane: int, program: Program, env: Env, stream
     tail = widened_tail(scope.size, dtype_bytes)
     if tail and chain is not None and reach is not None and all(lane_use(a, lane) != "strided" for a in op.reads):
         first, wide = tail
-        return [line for start, lanes in pieces(first, dtype_bytes) for line in _piece(op, lane, start, lanes, program, env)] \
-            + _widened_piece(op, lane, first, wide, scope.size - first, program, env, chain, reach)
+        # after whole pieces, a reduction whose target's rows are not padded keeps its pieces: its
+        # last 8 lanes and scalars stay in registers, where a vector of 16 would be loaded and
+        # stored lane by lane at every step (a stored program from before row padding)
+        if first == 0 or op.reduction is None or _padded_target(op, lane, first, wide, scope.size - first, program,
+                                                                 reach):
+            return [line for start, lanes in pieces(first, dtype_bytes)
+                    for line in _piece(op, lane, start, lanes, program, env)] \
+                + _widened_piece(op, lane, first, wide, scope.size - first, program, env, chain, reach)
     return [line for first, lanes in parts for line in _piece(op, lane, first, lanes, program, env)]
 
 
@@ -328,6 +334,17 @@ class _WidePrinter(VectorPrinter):
                               access, dtype)
 
 
+def _padded_target(op: Op, lane: int, first: int, lanes: int, used: int, program: Program,
+                   reach: dict[str, int]) -> bool:
+    """Whether the `lanes` lanes from `first` on of `op`'s target, of which `used` are computed,
+    fall into a temporary's row whose padding no access reaches: then they are stored whole."""
+    buffer = program.buffer_of[op.target.array]
+    form = affine(op.target.index[-1])
+    return (not set(buffer.array_names) & {*program.inputs, *program.outputs} and form.terms == ((lane, 1),)
+            and form.const + first + lanes <= buffer.storage_shape[-1]
+            and reach[buffer.name] < form.const + first + used)
+
+
 def _widened_piece(op: Op, lane: int, first: int, lanes: int, used: int, program: Program, env: Env,
                    chain: tuple[Scope, ...], reach: dict[str, int]) -> list[str]:
     """The `used` lanes of a `:v` scope from lane `first` on computed as one vector of `lanes`,
@@ -337,11 +354,7 @@ def _widened_piece(op: Op, lane: int, first: int, lanes: int, used: int, program
     printer = _WidePrinter(program, {**env, lane: first}, lane, lanes, used, first, chain)
     dtype = printer.dtype_of(op.target)
     value = printer.value(op.value, dtype)
-    buffer = program.buffer_of[op.target.array]
-    form = affine(op.target.index[-1])
-    padded = (not set(buffer.array_names) & {*program.inputs, *program.outputs} and form.terms == ((lane, 1),)
-              and form.const + first + lanes <= buffer.storage_shape[-1] and reach[buffer.name] < form.const + first + used)
-    if padded:
+    if _padded_target(op, lane, first, lanes, used, program, reach):
         target = f"*{printer.pointer(op.target, const=False)}"
         if op.reduction is None:
             return [f"{target} = {value};"]

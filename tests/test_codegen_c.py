@@ -808,28 +808,34 @@ def test_a_row_ending_in_scalars_ends_in_one_widened_vector(size: int, dtype_byt
     assert first + wide // 2 < size or wide * dtype_bytes == 16  # the narrowest vector that holds them
 
 
-WIDENED_AFTER_PIECES = """kernel k(x, w) -> y
+WIDENED_AFTER_PIECES = """kernel k(x, w) -> y, c
 
 x f32 [4, 29] heap
 w f32 [8, 3] heap
 y f32 [8, 27] heap
+c f32 [8, 27] heap
 t f32 [8, 32] stack
 
 8 27:v t[{0},{1}] = 0
 8 4 3 27:v t[{0},{3}] += x[{1},{3}+{2}] * w[{0},{2}]
 8 27:v y[{0},{1}] = t[{0},{1}]
+8 27:v c[{0},{1}] = 0
+8 4 3 27:v c[{0},{3}] += x[{1},{3}+{2}] * w[{0},{2}]
 """
 
 
 def test_a_row_of_27_lanes_is_a_vector_of_16_and_its_last_11_lanes_as_another(cache: Path) -> None:
     """A Winograd row of 27 outputs: 16 lanes, then 11 as one vector of 16 (not 8 and three
     scalars), whole in the temporary whose rows are padded to 32, moved 11 lanes alone in the
-    input's rows of 29 and the output's of 27."""
+    input's rows of 29 and the output's of 27. A reduction into rows that are not padded keeps
+    its pieces of 16 and 8 and scalars, which stay in registers across the reduction."""
     program = load(WIDENED_AFTER_PIECES)
     kernel = generate(program, NATIVE)
     assert "*(vf32x16 *)&b_t[i0*32 + 16] = *(vf32x16 *)&b_t[i0*32 + 16] + (dojo_loadn_f32x16(&b_x[" in kernel
     assert "dojo_storen_f32x16(&b_y[i0*27 + 16], *(const vf32x16 *)&b_t[i0*32 + 16], 11)" in kernel
-    assert "vf32x8" not in kernel[kernel.index("static void kernel"):]
+    assert "*(vf32x8u *)&b_c[i0*27 + 16] += " in kernel and "b_c[i0*27 + 26] += " in kernel
+    body = kernel[kernel.index("static void kernel"):kernel.index("static void *dojo_alloc")]
+    assert not [line for line in body.splitlines() if "vf32x8" in line and "b_c[" not in line]
     for seed in range(3):
         assert_matches(program, cache, random_inputs(program, seed))
 
@@ -852,13 +858,14 @@ c f32 [2, 54] heap
 
 def test_vectors_of_54_lanes_compute_in_pieces_what_the_interpreter_does(cache: Path) -> None:
     """A convolution's row of 54 output columns as one `:v` scope: three 16-lane pieces and the
-    last 6 lanes as one vector of 8 (moved 6 lanes alone: y's rows hold no more) for plain stores
-    and a vector reduction; a horizontal reduction in pieces of 16, 4 and two scalars."""
+    last 6 lanes as one vector of 8 (moved 6 lanes alone: y's rows hold no more) for plain stores;
+    pieces of 16, 4 and two scalars for a horizontal reduction and a vector reduction into rows
+    that are not padded."""
     program = load(ODD_VECTORS)
     kernel = generate(program, NATIVE)
     kernel = kernel[kernel.index("static void kernel"):kernel.index("static void *dojo_alloc")]
     assert kernel.count("*(vf32x16u *)&b_y[") == 3 and "dojo_storen_f32x8(&b_y[i0*54 + 48], " in kernel
-    assert "dojo_storen_f32x8(&b_c[i0*54 + 48], dojo_loadn_f32x8(&b_c[i0*54 + 48], 6)" in kernel
+    assert "*(vf32x4u *)&b_c[i0*54 + 48] += " in kernel and "b_c[i0*54 + 53] += " in kernel
     assert "dojo_hmax_f32x4(" in kernel and "b_x[i0*56 + 54])" in kernel
     for seed in range(3):
         assert_matches(program, cache, random_inputs(program, seed))
