@@ -71,7 +71,7 @@ def heuristic(program: Program, target: Target | str = "native") -> list[str]:
     register_block(state, chosen)  # before fusion: a blocked reduction has a loop nest of its own
     align_for_fusion(state, chosen)
     exhaust(state, ("join_scopes",))
-    accumulate(state)  # before reuse_dims: an accumulator of a folded stack target adds nothing
+    accumulate(state, chosen)  # before reuse_dims: an accumulator of a folded stack target adds nothing
     fuse_and_reuse_keeping_rows(state, chosen)
     vectorize(state, chosen)
     pad_rows(state)
