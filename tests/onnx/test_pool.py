@@ -54,10 +54,17 @@ def test_average_pool_divisor(count_include_pad: int, ceil_mode: int, divisor: s
     assert divisor in check_node("AveragePool", {"x": normal(1, 2, 8, 9)}, attributes)
 
 
-def test_pool_without_pads_reads_its_input_directly() -> None:
+def test_pool_without_pads_reads_its_input_directly_its_small_window_in_one_expression() -> None:
     text = check_node("MaxPool", {"x": normal(1, 2, 7, 9)}, {"kernel_shape": [3, 2]})
-    assert "padded" not in text
-    assert "2 5 8 3 2 y[0,{0},{1},{2}] max= x[0,{0},{1}+{3},{2}+{4}]" in text
+    assert "padded" not in text and "max=" not in text
+    assert "2 5 8 y[0,{0},{1},{2}] = max(max(max(max(max(x[0,{0},{1},{2}], x[0,{0},{1},{2}+1]), " \
+           "x[0,{0},{1}+1,{2}]), x[0,{0},{1}+1,{2}+1]), x[0,{0},{1}+2,{2}]), x[0,{0},{1}+2,{2}+1])" in text
+
+
+def test_a_pools_window_of_more_than_nine_taps_is_a_reduction() -> None:
+    text = check_node("AveragePool", {"x": normal(1, 2, 9, 9)}, {"kernel_shape": [5, 2], "strides": [2, 3]})
+    assert "2 3 3 y[0,{0},{1},{2}] = 0" in text
+    assert "2 3 3 5 2 y[0,{0},{1},{2}] += x[0,{0},{1}*2+{3},{2}*3+{4}]" in text
 
 
 def test_max_pool_pads_with_minus_infinity() -> None:

@@ -69,6 +69,11 @@ class Window:
         return [affine([(o, s), (k, d)])
                 for o, k, s, d in zip(outputs, taps, self.strides, self.dilations, strict=True)]
 
+    def reads_at(self, outputs: Sequence[str], tap: Sequence[int]) -> list[str]:
+        """The spatial indices of the padded input read by output position `outputs` at the
+        constant window tap `tap`."""
+        return [affine([(o, s)], k * d) for o, k, s, d in zip(outputs, tap, self.strides, self.dilations, strict=True)]
+
 
 def output_size(padded: int, span: int, stride: int, ceil_mode: bool, last_start: int) -> int:
     """Positions of a window of `span` elements along `padded` ones. With ceil_mode a last, partial
