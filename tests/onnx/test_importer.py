@@ -361,7 +361,8 @@ def test_fusing_reads_a_convs_activation_and_pool_into_its_kernel():
     imported = import_model(proto, fuse=True)
     (call,) = imported.calls
     assert call.nodes == ("conv", "bn", "then", "pool") and call.outputs == ("p",)
-    assert ", (max(conv_y[" in imported.kernels[call.kernel] and "max=" not in imported.kernels[call.kernel]  # the Relu written into the pool's reads
+    text = imported.kernels[call.kernel]
+    assert ", (max(conv_y[" in text and "max=" not in text  # the Relu written into each of the pool's reads
     assert_calls_match_ort(imported, proto, feed_of(proto))
 
 
