@@ -49,23 +49,38 @@ MIN_CHANNELS = 16  # output channels per group: fewer make a vector narrower tha
 BLOCKS = (32, 16, 8)  # channels per block of the weights, the widest that divides a group's
 PADDED_BLOCKS = (32, 16)  # blocks of whole AVX-512 vectors, to which a group's channels may be padded
 PADDING = 8  # when the zero channels that fill its last block are at most 1/PADDING of the group's
-LONG_ROW = 32  # output positions along a row from which the direct form's vectors are full: it keeps them
+LONG_ROW = 64  # output positions along a row from which the direct form's vectors are full: it keeps them
 SHORT_ROW = 16  # and under which even a group of channels that no block divides does better here
+IMAGE_CHANNELS = 4  # input channels of a model's stem, at most (an image's 3): this form at every row length
+STEM_TAPS = 9  # for a stem whose window has at most this many taps (3x3); a 7x7 stem's stays direct
 DERIVED_SUFFIX = ".channels_last"  # of the blocked weights' name: blocked.py finds such products by it
 
 
 def fits(w: Value, group: int, win: Window) -> bool:
     """Whether the Conv by `w` in `group` groups over `win` is computed this way: constant weights
-    (blocked at import), enough output channels per group to fill vectors, and output rows short
-    enough that the direct form's vectors along them run part empty (7 or 14 positions, of 16
-    lanes), or with gaps in their reads (a stride). A group of channels that no block divides
-    leaves a tail of a few lanes in every tile: then only rows shorter than one vector do better.
-    Measured with the heuristic pass on an AVX-512 Xeon (bench/conv_shapes.py): at rows of 56 and
-    more the two forms are even or the direct one ahead (a 7x7 stem of 3 channels: 1.1 against
-    1.4 ms), at 28 or fewer this one ahead (ResNet's 1x1 at 28x28: 0.42 against 0.51 ms)."""
+    (blocked at import), enough output channels per group to fill vectors, and either an image's
+    few input channels (a stem), or output rows short enough that the direct form's vectors along
+    them run part empty (7 or 14 positions, of 16 lanes) or with gaps in their reads (a stride). A
+    group of channels that no block divides leaves a tail of a few lanes in every tile: then only
+    rows shorter than one vector do better.
+
+    Measured with the heuristic pass on an AVX-512 Xeon. One node at a time (bench/conv_shapes.py),
+    at rows of 56 and more the two forms are even or the direct one ahead (a 7x7 stem of 3
+    channels: 1.1 against 1.4 ms), at 28 or fewer this one ahead (ResNet's 1x1 at 28x28: 0.42
+    against 0.51 ms). In a model its output stays in blocks of channels for the next such
+    convolution and the pools between (blocked.py), where the direct form's goes back to rows:
+    with rows of 55 and 56 and the stem this way as well, SqueezeNet ran 1.11x and ResNet-50 1.06x
+    faster (`--fuse`, the same process, alternating rounds), SqueezeNet's 3x3 stem and its 3x3
+    stride 2 MaxPool reading whole vectors of channels where the direct form's pool gathers every
+    other column. Rows of 112 and 224 stay direct, and so does a 7x7 stem (ZFNet-512's: 6% slower
+    this way, its output then written back to rows for the LRN after it) or one whose channels
+    make blocks narrower than a vector (ShuffleNet's 24: 6% slower in blocks of 8)."""
     per_out, row = w.shape[0] // group, win.outputs[-1]
-    return w.constant is not None and w.rank >= 3 and per_out >= MIN_CHANNELS and row < LONG_ROW \
-        and (block(per_out) in BLOCKS or row < SHORT_ROW)
+    if w.constant is None or w.rank < 3 or per_out < MIN_CHANNELS:
+        return False
+    return (group == 1 and w.shape[1] <= IMAGE_CHANNELS and math.prod(win.kernel) <= STEM_TAPS
+            and block(per_out) in PADDED_BLOCKS) \
+        or (row < LONG_ROW and (block(per_out) in BLOCKS or row < SHORT_ROW))
 
 
 def block(channels: int) -> int:

@@ -70,6 +70,9 @@ MAX_WORK = 0.75  # the matrix product's multiply-adds over the direct form's, at
 # (bench/conv_shapes.py): at 32-64 channels the lanes' form took 0.50-0.87 of its time
 # (SqueezeNet's 3x3 expands at 27x27 and 13x13), at 128 it took 1.2x (ResNet-50's at 28x28)
 MIN_CHANNELS_BESIDE_LANES = 128
+# output positions along a row from which it beats channels as lanes at any channels: at 56x56
+# Inception v1's 3x3 64->192 took 3.7 ms so, 6.6 ms as lanes (`--fuse`, the model's own run)
+LANES_ROW = 32
 # multiply-adds per transformed weight (tiles x output columns), at least, when the transformed
 # weights are more than a private cache holds (STREAMED_BYTES): they are twice the direct form's,
 # read from memory at every call (a model's other weights evict them), and a small image uses each
@@ -86,7 +89,7 @@ def fits(x: Value, w: Value, win: Window, group: int, lanes: bool = False) -> bo
     """Whether the Conv of `x` by the constant `w` over `win` is computed this way: 2-D, one group,
     three rows of taps at stride and dilation 1, a float dtype, long reductions, few wasted rows,
     each transformed weight used often enough unless they stay in cache; and, where channels as
-    lanes would compute it too (`lanes`), enough input channels."""
+    lanes would compute it too (`lanes`), enough input channels or long rows."""
     if w.constant is None or x.rank != 4 or group != 1 or x.dtype not in FLOATS or win.kernel[0] != TAPS \
             or win.strides[0] != 1 or win.dilations[0] != 1:
         return False
@@ -96,7 +99,7 @@ def fits(x: Value, w: Value, win: Window, group: int, lanes: bool = False) -> bo
     return channels_in * columns >= MIN_REDUCTION and channels_out * columns >= MIN_REDUCTION \
         and POINTS * tiles <= MAX_WORK * TAPS * rows \
         and (tiles * win.outputs[1] >= MIN_REUSE or POINTS * w.constant.nbytes // TAPS <= STREAMED_BYTES) \
-        and (not lanes or channels_in >= MIN_CHANNELS_BESIDE_LANES)
+        and (not lanes or channels_in >= MIN_CHANNELS_BESIDE_LANES or win.outputs[-1] >= LANES_ROW)
 
 
 def transformed_weights(w: np.ndarray) -> np.ndarray:

@@ -152,6 +152,17 @@ def test_the_values_between_lanes_convolutions_and_their_elementwise_nodes_are_b
     assert import_model(residual_block(), fuse=True).blocked == {"r1": 32}
 
 
+def test_a_window_along_the_channels_keeps_what_it_touches_in_the_graphs_layout() -> None:
+    """An LRN after the first Relu: c1 and r1 stay NCHW, both with --fuse (the LRN in conv1's
+    kernel) and without, and so does what the Add would mix with r1: nothing is blocked, where
+    without the LRN five values are."""
+    proto = residual_block()
+    relu1 = next(node for node in proto.graph.node if node.name == "relu1")
+    relu1.output[0] = "r0"
+    proto.graph.node.insert(2, helper.make_node("LRN", ["r0"], ["r1"], name="lrn", size=3))
+    assert import_model(proto).blocked == {} and import_model(proto, fuse=True).blocked == {}
+
+
 def test_a_graph_output_stays_in_the_graphs_layout_and_so_does_what_would_convert_to_it() -> None:
     """r1 is an output: the Relu would convert c1 back element by element, and the Add would mix r1
     with c2, so nothing is blocked, where without that output five values are."""

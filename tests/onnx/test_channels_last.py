@@ -49,15 +49,19 @@ def test_conv_with_channels_as_lanes_agrees_with_onnx_runtime(x, w, attributes, 
     assert "+= x" in text and "* wb[" in text and "t[" in text
 
 
-def _window(row: int) -> Window:
-    """A 3x3 window, stride 1, pads 1, over a square image of `row` positions a row."""
-    return Window((row, row), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (row, row))
+def _window(row: int, taps: int = 3) -> Window:
+    """A `taps` x `taps` window, stride 1, padded to keep a square image of `row` positions a row."""
+    pad = taps // 2
+    return Window((row, row), (taps, taps), (1, 1), (1, 1), (pad, pad), (pad, pad), (row, row))
 
 
 @pytest.mark.parametrize("w, group, constant, row, taken", [
     ((16, 8, 3, 3), 1, True, 7, True),
     ((64, 64, 3, 3), 1, True, 28, True),
-    ((64, 64, 3, 3), 1, True, 32, False),  # two vectors of AVX-512 a row: the direct form's are full
+    ((64, 64, 3, 3), 1, True, 56, True),  # blocked between two such convolutions in a model
+    ((64, 64, 3, 3), 1, True, 64, False),  # four vectors of AVX-512 a row: the direct form's are full
+    ((64, 3, 3, 3), 1, True, 111, True),  # SqueezeNet's 3x3 stem of an image's 3 channels
+    ((96, 3, 3, 3), 1, True, 224, True),
     ((15, 8, 3, 3), 1, True, 7, False),  # under a vector of AVX-512's lanes
     ((64, 1, 3, 3), 64, True, 7, False),  # depthwise: one channel a group
     ((16, 8, 3, 3), 1, False, 7, False),  # weights known only when the model runs: not blocked at import
@@ -70,6 +74,11 @@ def test_fits_constant_weights_with_a_vector_of_channels_a_group_and_short_rows(
                                                                                 row: int, taken: bool) -> None:
     weights = normal(*w) if constant else None
     assert fits(Value("w", "f32", w, weights), group, _window(row)) is taken
+
+
+def test_a_7x7_stem_stays_direct_at_long_rows() -> None:
+    w = Value("w", "f32", (64, 3, 7, 7), normal(64, 3, 7, 7))
+    assert not fits(w, 1, _window(112, 7)) and fits(w, 1, _window(28, 7))
 
 
 def test_blocked_weights_put_each_block_of_output_channels_innermost() -> None:

@@ -203,6 +203,17 @@ def test_winograd_uses_each_transformed_weight_often_unless_they_stay_in_cache(c
     assert winograd.fits(x, w, Window((row, row), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (row, row)), 1) is taken
 
 
+@pytest.mark.parametrize("channels, row, taken", [(64, 27, False), (64, 56, True), (128, 27, True)])
+def test_winograd_gives_way_to_channels_as_lanes_at_few_channels_and_short_rows(channels: int, row: int,
+                                                                                taken: bool) -> None:
+    """SqueezeNet's 3x3 expands of 16-64 channels at 27x27 run faster with channels as lanes;
+    Inception v1's 64-channel one at 56x56 faster by Winograd."""
+    w = Value("w", "f32", (channels, channels, 3, 3), np.zeros((channels, channels, 3, 3), np.float32))
+    x = Value("x", "f32", (1, channels, row, row))
+    window = Window((row, row), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (row, row))
+    assert winograd.fits(x, w, window, 1, lanes=True) is taken
+
+
 def test_winograd_f43_is_a_correlation_exactly() -> None:
     from fractions import Fraction
 
