@@ -77,10 +77,10 @@ def test_heuristic_starts_each_row_of_the_output_beside_the_product_that_accumul
     """A stem's output is larger than the cache: started by a pass of its own (channels outermost),
     it is read back from memory by the product; brought row by row into the product's scope of
     rows, each row is started while it is about to be read."""
-    spec = load(_kernel((1, 3, 80, 80), (32, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, bias=True))
+    spec = load(_kernel((1, 3, 160, 160), (32, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}, bias=True))
     program = advance(spec, heuristic(spec, get_target("x86-avx512")))
     sites = Analysis(program).sites
     start = next(s for s in sites if s.op.target.array == "y" and not s.op.reduction and
                  any(a.array == "b" for a in s.op.reads))
     product = next(s for s in sites if s.op.reduction)
-    assert start.path[0] == product.path[0] and start.chain[0].size == 40
+    assert start.path[0] == product.path[0] and start.chain[0].size == 80
