@@ -7,8 +7,8 @@ weights (examples/light_models.py) and all-MiniLM-L6-v2 exported by torch.onnx.
 
 Each model is imported by `dojo import` as is and with `--fuse`, each import built by `dojo library
 build --method heuristic` (no search), and, when the command exists, tuned by `dojo model tune
-MODEL.onnx --out DIR --budget N`; models, imports and libraries are kept in build/real_models/ and
-reused. Then, in each of `--processes` fresh processes, one ONNX Runtime session of the whole model
+MODEL.onnx --fuse --out DIR --budget N` (from the fused import, the faster on most models);
+models, imports and libraries are kept in build/real_models/ and reused. Then, in each of `--processes` fresh processes, one ONNX Runtime session of the whole model
 (its default optimisations, 2 intra-op threads) and `dojo model run`'s ModelRunner on each library
 are timed in alternating rounds (bench/onnx_models.py's `rounds`, under the runner's machine lock),
 and their outputs compared with ONNX Runtime's. Writes bench/results/real_models.md.
@@ -155,7 +155,8 @@ def build_all(name: str, model: Path, out: Path, args: argparse.Namespace) -> di
         libraries[run] = str(library)
     if args.budget and tune_command():
         library = out / f"{name}_tuned_{args.budget}"
-        seconds["tune"], _ = timed("model", "tune", str(model), "--out", str(library), "--budget", str(args.budget))
+        seconds["tune"], _ = timed("model", "tune", str(model), "--fuse", "--out", str(library),
+                                   "--budget", str(args.budget))
         libraries["tuned"] = str(library)
     return {"libraries": libraries, "seconds": seconds}
 
@@ -217,7 +218,7 @@ def report(rows: list[dict], args: argparse.Namespace, peak: float, tuning: bool
              "import` (plain) and `dojo import "
              "--fuse` (fused), each import built by `dojo library build --method heuristic --budget 1` (the "
              "heuristic pass, no search)"
-             + (f", and tuned by `dojo model tune --budget {args.budget}`" if tuning else "")
+             + (f", and tuned by `dojo model tune --fuse --budget {args.budget}`" if tuning else "")
              + f"; then in each of {args.processes} process{'es' if args.processes > 1 else ''} {args.rounds} "
              f"alternating rounds of {args.repeats} "
              f"calls of ONNX Runtime (one session, default optimisations, {cores()} intra-op threads, same process) "
