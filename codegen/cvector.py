@@ -15,8 +15,8 @@ Pieces no wider than a 512-bit register let the compiler keep a tile of
 accumulators in registers, which it does not do for the halves of a wider
 vector. A scope whose pieces would end in scalars (a conv row's tail of 6
 lanes: 4 and 2 scalars) instead ends in one vector of the next power of two
-(`widened_tail`: 8; a row of 27 is 16 lanes and 11 as one vector of 16): a read whose row holds all 8
-lanes at every iteration is a whole load (the extra lanes are garbage that no
+(`widened_tail`: 8; a row of 27 is 16 lanes, then 11 as a vector of 16):
+a read whose row holds all 8 lanes at every iteration is a whole load (the extra lanes are garbage that no
 stored lane depends on), and a store into a temporary's row padded past every
 index any access reaches (`pad_dim`; `last_index_reach`) is a whole store;
 other reads and stores move the 6 lanes alone (`dojo_loadn`, `dojo_storen`). A
@@ -250,14 +250,14 @@ def vector_statement(scope: Scope, lane: int, program: Program, env: Env, stream
     tail = widened_tail(scope.size, dtype_bytes)
     if tail and chain is not None and reach is not None and all(lane_use(a, lane) != "strided" for a in op.reads):
         first, wide = tail
+        padded = _padded_target(op, lane, first, wide, scope.size - first, program, reach)
         # after whole pieces, a reduction whose target's rows are not padded keeps its pieces: its
         # last 8 lanes and scalars stay in registers, where a vector of 16 would be loaded and
         # stored lane by lane at every step (a stored program from before row padding)
-        if first == 0 or op.reduction is None or _padded_target(op, lane, first, wide, scope.size - first, program,
-                                                                 reach):
-            return [line for start, lanes in pieces(first, dtype_bytes)
-                    for line in _piece(op, lane, start, lanes, program, env)] \
-                + _widened_piece(op, lane, first, wide, scope.size - first, program, env, chain, reach)
+        if first == 0 or op.reduction is None or padded:
+            whole = vector_pieces(scope.size, dtype_bytes)[:-1]
+            return [line for start, lanes in whole for line in _piece(op, lane, start, lanes, program, env)] \
+                + _widened_piece(op, lane, first, wide, scope.size - first, program, env, chain, padded)
     return [line for first, lanes in parts for line in _piece(op, lane, first, lanes, program, env)]
 
 
@@ -337,7 +337,8 @@ class _WidePrinter(VectorPrinter):
 def _padded_target(op: Op, lane: int, first: int, lanes: int, used: int, program: Program,
                    reach: dict[str, int]) -> bool:
     """Whether the `lanes` lanes from `first` on of `op`'s target, of which `used` are computed,
-    fall into a temporary's row whose padding no access reaches: then they are stored whole."""
+    fall into a temporary's row whose padding no access reaches (`pad_dim` makes it,
+    `last_index_reach` proves it): then they are stored whole."""
     buffer = program.buffer_of[op.target.array]
     form = affine(op.target.index[-1])
     return (not set(buffer.array_names) & {*program.inputs, *program.outputs} and form.terms == ((lane, 1),)
@@ -346,15 +347,15 @@ def _padded_target(op: Op, lane: int, first: int, lanes: int, used: int, program
 
 
 def _widened_piece(op: Op, lane: int, first: int, lanes: int, used: int, program: Program, env: Env,
-                   chain: tuple[Scope, ...], reach: dict[str, int]) -> list[str]:
+                   chain: tuple[Scope, ...], padded: bool) -> list[str]:
     """The `used` lanes of a `:v` scope from lane `first` on computed as one vector of `lanes`,
     so that a register tile of it (a conv row's tail of 6) stays a tile of vectors. It stores the
     extra lanes too when they fall into the padding of a temporary's rows that no access reaches
-    (`pad_dim` makes it, `last_index_reach` proves it), else it stores `used` lanes."""
+    (`padded`: `_padded_target`), else it stores `used` lanes."""
     printer = _WidePrinter(program, {**env, lane: first}, lane, lanes, used, first, chain)
     dtype = printer.dtype_of(op.target)
     value = printer.value(op.value, dtype)
-    if _padded_target(op, lane, first, lanes, used, program, reach):
+    if padded:
         target = f"*{printer.pointer(op.target, const=False)}"
         if op.reduction is None:
             return [f"{target} = {value};"]

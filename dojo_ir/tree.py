@@ -9,8 +9,8 @@ two trees are equal exactly when they print the same canonical text.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 DTYPES = ("f32", "f64", "i32", "i64")
@@ -140,6 +140,19 @@ def walk_expr(expr: Expr) -> Iterator[Expr]:
 def accesses(expr: Expr) -> Iterator[Access]:
     """The array accesses of an expression, outermost first, in source order."""
     return (e for e in walk_expr(expr) if isinstance(e, Access))
+
+
+def map_accesses(expr: Expr, change: Callable[[Access], Access]) -> Expr:
+    """`expr` with every array access replaced by `change` of it."""
+    if isinstance(expr, Access):
+        return change(expr)
+    if isinstance(expr, Unary):
+        return replace(expr, operand=map_accesses(expr.operand, change))
+    if isinstance(expr, Binary):
+        return replace(expr, left=map_accesses(expr.left, change), right=map_accesses(expr.right, change))
+    if isinstance(expr, Call):
+        return replace(expr, args=tuple(map_accesses(x, change) for x in expr.args))
+    return expr
 
 
 # -- the body ---------------------------------------------------------------

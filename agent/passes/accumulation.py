@@ -5,6 +5,7 @@ from __future__ import annotations
 from math import prod
 
 from codegen.targets import Target
+from dojo_ir.analysis import Site
 
 from .state import MAX_STEPS, State, op_bytes, sites, uses
 
@@ -29,7 +30,7 @@ def accumulate(state: State, target: Target) -> None:
             return
 
 
-def _depths(state: State, site, target: Target) -> list[int]:
+def _depths(state: State, site: Site, target: Target) -> list[int]:
     """Where to accumulate the reduction at `site`: inside every scope its target uses, else at
     each scope it reduces along whose inner scopes the target uses make a row that fits
     ROW_REGISTERS vectors, outermost first."""

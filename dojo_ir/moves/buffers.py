@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from ..analysis import Analysis, Site
-from ..tree import KEYWORDS, Access, Binary, Buffer, Call, Dim, Expr, Program, Unary
+from ..tree import KEYWORDS, Access, Buffer, Dim, Expr, Program, map_accesses
 from .base import Move
 
 
@@ -78,12 +78,4 @@ def with_buffer(program: Program, buffer: Buffer) -> Program:
 
 def with_reads(expr: Expr, array: str, change: Callable[[Access], Access]) -> Expr:
     """`expr` with every access to `array` replaced by `change` of it."""
-    if isinstance(expr, Access):
-        return change(expr) if expr.array == array else expr
-    if isinstance(expr, Unary):
-        return replace(expr, operand=with_reads(expr.operand, array, change))
-    if isinstance(expr, Binary):
-        return replace(expr, left=with_reads(expr.left, array, change), right=with_reads(expr.right, array, change))
-    if isinstance(expr, Call):
-        return replace(expr, args=tuple(with_reads(x, array, change) for x in expr.args))
-    return expr
+    return map_accesses(expr, lambda access: change(access) if access.array == array else access)

@@ -39,7 +39,7 @@ from dojo_ir.affine import Affine, NotAffine, affine
 from dojo_ir.fastparse import fast_line
 from dojo_ir.printer import op_text
 from dojo_ir.refs import ref, substitute_op, used_as_value
-from dojo_ir.tree import Access, Binary, Call, Expr, Op, Unary, accesses
+from dojo_ir.tree import Access, Op, accesses, map_accesses
 
 from .channels_last import DERIVED_SUFFIX
 from .fuse import FUSABLE
@@ -99,19 +99,6 @@ def _decompose(index: Affine, block: int, sizes: Sequence[int]) -> tuple[Affine,
     raise NotBlockable(f"channel index `{index.to_expr()}` crosses blocks of {block}")
 
 
-def _with_accesses(expr: Expr, rewrite: dict[Access, Access]) -> Expr:
-    """`expr` with each access in `rewrite` replaced."""
-    if isinstance(expr, Access):
-        return rewrite.get(expr, expr)
-    if isinstance(expr, Unary):
-        return replace(expr, operand=_with_accesses(expr.operand, rewrite))
-    if isinstance(expr, Binary):
-        return replace(expr, left=_with_accesses(expr.left, rewrite), right=_with_accesses(expr.right, rewrite))
-    if isinstance(expr, Call):
-        return replace(expr, args=tuple(_with_accesses(a, rewrite) for a in expr.args))
-    return expr
-
-
 def _blocked_line(line: _Line, blocks: Mapping[str, int]) -> _Line:
     while True:
         rewrite: dict[Access, Access] = {}
@@ -127,9 +114,15 @@ def _blocked_line(line: _Line, blocks: Mapping[str, int]) -> _Line:
             rest = access.index[2:]
             rewrite[access] = replace(access, index=(access.index[0], parts[0].to_expr(), *rest, parts[1].to_expr()))
         else:
-            op = line.op
-            return _Line(line.sizes, replace(op, target=rewrite.get(op.target, op.target),
-                                             value=_with_accesses(op.value, rewrite)))
+            return _rewritten(line, rewrite)
+
+
+def _rewritten(line: _Line, rewrite: Mapping[Access, Access]) -> _Line:
+    """`line` with each access in `rewrite` replaced."""
+    def change(access: Access) -> Access:
+        return rewrite.get(access, access)
+
+    return _Line(line.sizes, replace(line.op, target=change(line.op.target), value=map_accesses(line.op.value, change)))
 
 
 def _lanes_innermost(line: _Line, blocks: Mapping[str, int]) -> _Line:

@@ -69,12 +69,13 @@ def fits(w: Value, group: int, win: Window) -> bool:
     channels: 1.1 against 1.4 ms), at 28 or fewer this one ahead (ResNet's 1x1 at 28x28: 0.42
     against 0.51 ms). In a model its output stays in blocks of channels for the next such
     convolution and the pools between (blocked.py), where the direct form's goes back to rows:
-    with rows of 55 and 56 and the stem this way as well, SqueezeNet ran 1.11x and ResNet-50 1.06x
+    with rows of 55 and 56 and the stem this way as well, SqueezeNet ran 1.12x and ResNet-50 1.04x
     faster (`--fuse`, the same process, alternating rounds), SqueezeNet's 3x3 stem and its 3x3
     stride 2 MaxPool reading whole vectors of channels where the direct form's pool gathers every
     other column. Rows of 112 and 224 stay direct, and so does a 7x7 stem (ZFNet-512's: 6% slower
     this way, its output then written back to rows for the LRN after it) or one whose channels
-    make blocks narrower than a vector (ShuffleNet's 24: 6% slower in blocks of 8)."""
+    make blocks narrower than a vector (ShuffleNet ran 6% slower with its stem of 24 in blocks of 8
+    taken, even without)."""
     per_out, row = w.shape[0] // group, win.outputs[-1]
     if w.constant is None or w.rank < 3 or per_out < MIN_CHANNELS:
         return False

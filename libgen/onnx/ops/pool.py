@@ -14,6 +14,7 @@ sums).
 from __future__ import annotations
 
 import math
+from functools import reduce
 from itertools import product
 
 from ..nodes import Array, Kernel, Nest, Node, Unsupported, number
@@ -54,10 +55,9 @@ def reduce_window(kernel: Kernel, source: Array, target: Array, win: Window, sta
         line = Nest()
         outer = line.all(target.shape[:-len(win.kernel)] if win.kernel else target.shape)
         positions = line.all(win.outputs)
-        value = ""
-        for tap in product(*map(range, win.kernel)):
-            read = term.format(x=source.at([*outer, *win.reads_at(positions, tap)]))
-            value = COMBINE[assign].format(a=value, b=read) if value else read
+        terms = [term.format(x=source.at([*outer, *win.reads_at(positions, tap)]))
+                 for tap in product(*map(range, win.kernel))]
+        value = reduce(lambda a, b: COMBINE[assign].format(a=a, b=b), terms)
         kernel.loop(line.sizes, target.at([*outer, *positions]), "=", value)
         return
     init = Nest()
