@@ -8,7 +8,7 @@ from math import prod
 from codegen.targets import Target
 from dojo_ir.affine import NotAffine, affine
 from dojo_ir.analysis import Site
-from dojo_ir.tree import Access, Op, Scope
+from dojo_ir.tree import DTYPE_BYTES, Access, Op, Scope
 from runner.roofline import measured_machine
 
 from ..blocking import reduction_outside_columns
@@ -188,6 +188,9 @@ def _block(state: State, label: str, target: Target) -> bool:
     # a slice on the heap is shared: only when no thread runs outside the blocks of K
     slices = broadcast if blocks[0] == "Ko" and not any(size > 1 for size in outer) else []
     _pack_operands(state, roles, chain, lanes_read, slices, target)
+    if not slices:
+        for array in dict.fromkeys(r.array for r in broadcast):
+            _stage_rows(state, array, roles, target)
     return True
 
 
@@ -245,6 +248,48 @@ def _pack(state: State, array: str, depth: int, rows: int, target: Target, share
                 and vectorization.vectorize_innermost(state, copy, target) is not None:
             return
     state.undo(mark)
+
+
+def _stage_rows(state: State, array: str, roles: list[str], target: Target) -> None:
+    """Copy the part of the broadcast operand `array` that one iteration of the product's outer
+    scopes reads (a convolution's input row: every channel at every position) into a contiguous
+    temporary on the thread's stack, just inside the innermost outer scope the reads move with,
+    when that part lies in pieces in `array` and fits half of a core's private cache. In the
+    product, a step of the tile broadcasts one element of each of its positions at one channel,
+    and the next step the next channel: in an NCHW input a whole channel plane apart, a different
+    page each step, which the prefetcher does not follow, so that every step waited on memory
+    whenever the input was not in cache already (as in a model, where the kernel before wrote
+    something else). The copy reads each piece whole, many at once, and the product then reads
+    the first-level cache; the blocks of output channels inside share the copy."""
+    site = next((s for s in sites(state) if s.op.reduction is not None and len(s.chain) == len(roles)
+                 and any(r.array == array for r in s.op.reads)), None)
+    if site is None:
+        return
+    read = next(r for r in site.op.reads if r.array == array)
+    moving = [d for d, role in enumerate(roles) if role.startswith("s") and uses(read, d)]
+    if not moving or roles[moving[-1] + 1] in ("Kt", "It", "Jt", "L"):
+        return
+    depth = moving[-1] + 1
+    mark = state.mark()
+    names = {b.name for b in state.program.buffers}
+    if state.play(f"stage_reads(op={site.label}, depth={depth}, buffer={array})"):
+        staged = next(b for b in state.program.buffers if b.name not in names)
+        copy = next(s for s in sites(state) if s.op.target.array == staged.name)
+        if _in_pieces(copy.op.reads[0], depth, state.program.buffer_of[array].shape) \
+                and prod(staged.storage_shape) * DTYPE_BYTES[staged.dtype] <= target.caches.private // 2 \
+                and state.play(f"set_location(buffer={staged.name}, location=stack)") \
+                and vectorization.vectorize_innermost(state, copy.label, target) is not None:
+            return
+    state.undo(mark)
+
+
+def _in_pieces(source: Access, depth: int, shape: tuple[int, ...]) -> bool:
+    """Whether the box that a copy's `source` read takes from an array of `shape`, over the copy's
+    scopes from `depth` down, is more than one contiguous run of it: some dimension after the
+    first it spans is not taken whole."""
+    spanned = [any(d >= depth for d, _ in affine(i).terms) for i in source.index]
+    first = spanned.index(True) if True in spanned else len(shape)
+    return any(not taken and size > 1 for taken, size in zip(spanned[first + 1:], shape[first + 1:], strict=True))
 
 
 def _fuse_init(state: State, root: int, target: Access, roles: list[str], chain: tuple[Scope, ...],

@@ -53,6 +53,7 @@ LONG_ROW = 64  # output positions along a row from which the direct form's vecto
 SHORT_ROW = 16  # and under which even a group of channels that no block divides does better here
 IMAGE_CHANNELS = 4  # input channels of a model's stem, at most (an image's 3): this form at every row length
 STEM_TAPS = 9  # for a stem whose window has at most this many taps (3x3); a 7x7 stem's stays direct
+ROW_BYTES = 16 * 1024  # a row of the output over its channels, at most, to loop over rows outside (half an L1)
 DERIVED_SUFFIX = ".channels_last"  # of the blocked weights' name: blocked.py finds such products by it
 
 
@@ -134,6 +135,18 @@ def conv(kernel: Kernel, source: Array, wb: Array, bs: Array | None, ys: Array, 
             _product(kernel, source, wb, bs, ys, win, _Blocks(wb.shape[0], per_out, size, first, blocks, lanes))
 
 
+def _rows_outside(source: Array, wb: Array, win: Window, channels: int) -> int:
+    """How many of the outermost output dimensions to loop over outside the blocks of `channels`
+    output channels: the first, when the input is larger than the weights and a row of the output
+    over all its channels fits ROW_BYTES, so that each core reads its rows of the input once for
+    every block of channels and the weights (the smaller) from its cache again; otherwise none, and
+    each block's weights stay in cache while the input streams past them. A row of the output is
+    what the temporaries of the kernel (the product's, a fused shortcut's) then hold at a time:
+    ResNet-50's 1x1 to 256 channels at 56x56 with its shortcut, 57 KiB a row, ran 1.2x slower."""
+    row = math.prod(win.outputs[1:]) * channels * 4
+    return int(len(win.outputs) > 1 and math.prod(source.shape) > math.prod(wb.shape) and row <= ROW_BYTES)
+
+
 @dataclass(frozen=True)
 class _Blocks:
     """Blocks `first`.. of each group's blocks of `size` channels of the weights, `blocks` of
@@ -168,14 +181,18 @@ def _product(kernel: Kernel, source: Array, wb: Array, bs: Array | None, ys: Arr
     def at(n: str, block_index: str, positions: list[str], lane: str) -> str:
         return t.at([n, block_index, affine([*zip(positions, steps, strict=True), (lane, 1)])])
 
+    outer = _rows_outside(source, wb, win, part.group * part.blocks * part.lanes)
     init = Nest()
     n = init.over(batch)
+    first = init.all(win.outputs[:outer])
     block_index, channel = part.loops(init)
-    positions, lane = init.all(win.outputs), init.over(part.lanes)
+    positions, lane = [*first, *init.all(win.outputs[outer:])], init.over(part.lanes)
     kernel.loop(init.sizes, at(n, block_index, positions, lane), "=", bs.at([channel(lane)]) if bs else "0")
     line = Nest()
-    n, g, j = line.over(batch), line.over(part.group), line.over(part.blocks)
-    positions, lane = line.all(win.outputs), line.over(part.lanes)
+    n = line.over(batch)
+    first = line.all(win.outputs[:outer])
+    g, j = line.over(part.group), line.over(part.blocks)
+    positions, lane = [*first, *line.all(win.outputs[outer:])], line.over(part.lanes)
     c = line.over(per_in)
     taps = line.all(win.kernel)
     kernel.loop(line.sizes, at(n, affine([(g, part.blocks), (j, 1)]), positions, lane), "+=",
@@ -184,8 +201,9 @@ def _product(kernel: Kernel, source: Array, wb: Array, bs: Array | None, ys: Arr
     # back along the output's rows, each row's block of channels (in the first-level cache) read whole
     line = Nest()
     n = line.over(batch)
+    first = line.all(win.outputs[:outer])
     block_index, channel = part.loops(line)
-    rows = line.all(win.outputs[:-1])
+    rows = [*first, *line.all(win.outputs[outer:-1])]
     lane = line.over(part.lanes)
     positions = [*rows, line.over(win.outputs[-1])]
     kernel.loop(line.sizes, ys.at([n, channel(lane), *positions]), "=", at(n, block_index, positions, lane))
