@@ -9,6 +9,7 @@ The directory, when done:
     kernels/NAME.json        the tuning record (manifest.Tuned)
     logs/NAME.METHOD.GRAPH.jsonl   every evaluation of the search (agent.evaluate's log)
     src/NAME.c               the kernel's C, with its entry point (csource.py)
+    src/_workspace.c         the calling thread's workspace, which every kernel shares (csource.py)
     libLIB.so, LIB.h, LIB.py the shared library, its header and the Python module (LIB: `name`)
     manifest.json            the library's description (manifest.py)
 
@@ -293,8 +294,10 @@ def write_library(out: Path, name: str, kernels: Sequence[KernelSpec], records: 
         sources.append(source)
         description = spec.program.comments[0].lstrip("#").strip() if spec.program.comments else spec.origin
         entries.append(entry(record, program, symbol, description, f"kernels/{spec.name}.dojo"))
+    workspace = out / "src" / "_workspace.c"  # a kernel's name never starts with `_`
+    write_atomically(workspace, csource.workspace_unit(prefix).encode())
     shared = f"lib{name}.so"
-    csource.compile_library(sources, chosen, out / shared)
+    csource.compile_library([*sources, workspace], chosen, out / shared)
     write_atomically(out / f"{name}.h", csource.header(name, prefix, entries).encode())
     write_atomically(out / f"{name}.py", module_text().encode())
     manifest = {"format": FORMAT, "library": name, "target": target, "shared_library": shared,

@@ -236,6 +236,35 @@ def test_python_threads_call_a_kernel_with_a_workspace_at_once(specs: Path) -> N
     assert not failures
 
 
+def test_the_kernels_share_one_workspace_a_thread_grown_for_the_largest(specs: Path) -> None:
+    """softmax and swiglu need workspaces of different sizes; called in turn from several threads,
+    each thread's one workspace grows to the larger and both stay right. The kernels' units leave
+    the allocation to the library's own unit."""
+    manifest = json.loads((specs / "manifest.json").read_text())
+    sizes = {k["name"]: k["workspace_bytes"] for k in manifest["kernels"]}
+    assert len(set(sizes.values())) == 2 and min(sizes.values()) > 0
+    assert "aligned_alloc" in (specs / "src" / "_workspace.c").read_text()
+    assert not any("aligned_alloc" in (specs / "src" / f"{name}.c").read_text() for name in sizes)
+    library = _import(specs, "lg_specs")
+    cases = {name: _expected(name) for name in sizes}
+    failures = []
+
+    def work(first: int) -> None:
+        names = list(cases)[first:] + list(cases)[:first]
+        for _ in range(100):
+            for name in names:
+                inputs, expected = cases[name]
+                if not np.allclose(getattr(library, name)(*inputs), expected, rtol=1e-4, atol=1e-5):
+                    failures.append(name)
+
+    threads = [threading.Thread(target=work, args=(t % 2,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures
+
+
 torch = pytest.importorskip("torch")
 
 
