@@ -23,6 +23,10 @@ temporary with the channels innermost and written back to y's layout once, a sma
 product's multiply-adds: the temporary is blocked as the weights are (ONNX Runtime's NCHWc layout),
 so that the pass back reads one block of channels, which stays in cache, at a time.
 
+The loops run over the blocks of channels, then the output positions (`_rows_outside`: the first
+dimension of positions outside the blocks instead when the input is the larger operand), so that
+the operand that stays in a core's cache is the smaller one.
+
 When B does not divide a group's channels (SqueezeNet's 1000 classes in blocks of 32), zero
 channels fill the weights' last block, and that block's channels are a product of their own.
 
