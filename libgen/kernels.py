@@ -6,8 +6,10 @@ A name from the kernel library (`dojo_ir.library.KERNELS`) is that kernel at the
 at its quick or small shape (`base`), with some sizes replaced: `PARAM=SIZE` applies to every named
 library kernel that has the parameter, `KERNEL.PARAM=SIZE` to one. A `.dojo` file is its program;
 a derived file (one with a derivation) is tuned from its spec with its moves kept, as `dojo tune`
-does. The library function is named after the library kernel or the file's stem, so it must be an
-identifier that C and Python accept and not a name the Python module uses itself.
+does. A directory is its `.dojo` files in name order (a model's import, `dojo import --out DIR`),
+without the specs that its derived files name (a library's `kernels/`). The library function is
+named after the library kernel or the file's stem, so it must be an identifier that C and Python
+accept and not a name the Python module uses itself.
 """
 
 from __future__ import annotations
@@ -132,6 +134,24 @@ def _from_file(path: Path) -> KernelSpec:
     return KernelSpec(path.stem, spec_text, str(path), prefix=tuple(program.derivation.moves))
 
 
+def _kernel_files(directory: Path) -> list[Path]:
+    """The `.dojo` files of `directory`, in name order, without those that another one names as its
+    spec; LibraryError when there are none."""
+    files = sorted(p for p in directory.glob("*.dojo") if p.is_file())
+    specs = set()
+    for path in files:
+        try:
+            program = load(read_source(path))
+        except DojoError as error:
+            raise LibraryError(error.format(str(path))) from None
+        if program.derivation is not None:
+            specs.add(spec_path(program, path).resolve())
+    kernels = [p for p in files if p.resolve() not in specs]
+    if not kernels:
+        raise LibraryError(f"{directory}: no .dojo files to build")
+    return kernels
+
+
 def _check_name(spec: KernelSpec) -> None:
     name = spec.name
     if (not IDENTIFIER.fullmatch(name) or keyword.iskeyword(name) or name.startswith("_") or name in RESERVED
@@ -169,6 +189,8 @@ def resolve(names: Sequence[str], shapes: Sequence[str] = (), base: str = "paper
     for name in names:
         if name in KERNELS:
             specs.append(library_kernel(name, base=base, **overrides[name]))
+        elif Path(name).is_dir():
+            specs += [_from_file(path) for path in _kernel_files(Path(name))]
         elif name.endswith(".dojo") or Path(name).exists():
             specs.append(_from_file(Path(name)))
         else:

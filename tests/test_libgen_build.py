@@ -122,6 +122,22 @@ def test_a_file_and_a_derived_file_are_kernels_named_after_the_file(tmp_path: Pa
     assert rows["spec_hash"] == fused["spec_hash"] == text_hash(load(spec.read_text()))
 
 
+def test_a_directory_is_its_kernels_without_the_specs_its_derived_files_name(tmp_path: Path) -> None:
+    """An import's directory, or a library's kernels/: every .dojo file in name order, but
+    `rows.spec.dojo`, which `fused.dojo` names as its spec, is not a kernel of its own."""
+    (tmp_path / "rows.spec.dojo").write_text(KERNELS["softmax"].small())
+    (tmp_path / "relu.dojo").write_text(KERNELS["relu"].small())
+    derived = tmp_path / "fused.dojo"
+    assert dojo("apply", str(tmp_path / "rows.spec.dojo"), "join_scopes(op=m#1, depth=0)", "--record", "-o",
+                str(derived)).returncode == 0
+    kernels = resolve([str(tmp_path)])
+    assert [k.name for k in kernels] == ["fused", "relu"]
+    assert kernels[0].prefix == ("join_scopes(op=m#1, depth=0)",)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(LibraryError, match="empty: no .dojo files to build"):
+        resolve([str(tmp_path / "empty")])
+
+
 @pytest.mark.parametrize(("names", "shapes", "message"), [
     (["nope"], [], "no kernel `nope`: neither a library kernel"),
     (["softmax"], ["q=3"], "no library kernel named here has a shape parameter `q`"),

@@ -18,7 +18,8 @@ def add_to(commands: argparse._SubParsersAction) -> None:
     library_commands = library.add_subparsers(dest="library_command", required=True, metavar="COMMAND")
     build_ = library_commands.add_parser("build", help="tune each kernel (skipping those already tuned in DIR), "
                                          "then write the library, its header, Python module and manifest")
-    build_.add_argument("kernels", nargs="+", metavar="KERNEL", help="library kernels or .dojo files")
+    build_.add_argument("kernels", nargs="+", metavar="KERNEL",
+                        help="library kernels, .dojo files or directories of them")
     add_method_options(build_)
     build_.add_argument("--budget", type=int, default=100, metavar="N", help="evaluations per kernel (default: 100)")
     build_.add_argument("--out", "-o", required=True, metavar="DIR", help="the library's directory")
