@@ -90,16 +90,31 @@ class _Replayer:
         return program
 
 
+def _spec(path: Path, header: dict | None) -> Program | None:
+    """The spec of the log at `path` whose first line is `header`, if it names one that loads."""
+    text = header["spec"] if header else _library_spec(path)
+    try:
+        return None if text is None else load(text)
+    except DojoError:
+        return None
+
+
+def rebuilt(group: Group) -> list[Program]:
+    """The programs of `group`, in its order, rebuilt from its log's spec."""
+    header, _ = read_log(Path(group.source))
+    spec = _spec(Path(group.source), header)
+    if spec is None:
+        raise ValueError(f"{group.source} no longer names its spec")
+    replayer = _Replayer(spec)
+    return [replayer.program(moves) for moves in group.moves]
+
+
 def read_group(path: Path, host: Host) -> Group | None:
     """The group of the log at `path`, or None when it has no spec to rebuild from or fewer than two
     programs that ran and were rebuilt."""
     header, evaluations = read_log(path)
-    spec_text = header["spec"] if header else _library_spec(path)
-    if spec_text is None:
-        return None
-    try:
-        spec = load(spec_text)
-    except DojoError:
+    spec = _spec(path, header)
+    if spec is None:
         return None
     prefix = tuple(header.get("prefix", ())) if header else ()
     replayer = _Replayer(spec)

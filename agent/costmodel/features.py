@@ -98,6 +98,7 @@ _PROGRAM_NAMES = (
 LEVEL_WIDTH = len(_LEVEL_NAMES)
 NAMES: tuple[str, ...] = (
     *(f"level{k}.{n}" for k in range(LEVELS) for n in _LEVEL_NAMES),
+    *(f"slowest.level{k}.{n}" for k in range(LEVELS) for n in _LEVEL_NAMES),
     *(f"op.{n}" for n in _OP_NAMES),
     *(f"program.{n}" for n in _PROGRAM_NAMES),
     *(f"moves.count.{k}" for k in MOVE_KINDS),
@@ -265,6 +266,7 @@ def features(program: Program, host: Host, moves: tuple[str, ...] | list[str] | 
     vector_innermost = parallel_outermost = 0.0
     ops = 0
     times, bound = np.zeros(4), 0.0
+    slowest_s, slowest = 0.0, np.zeros((LEVELS, LEVEL_WIDTH))
     for op, chain in walk_ops(program.body):
         ops += 1
         accesses = _accesses(op, chain, buffer_of)
@@ -276,8 +278,12 @@ def features(program: Program, host: Host, moves: tuple[str, ...] | list[str] | 
         iterations = prod(s.size for s in chain)
         weight = iterations * (flops + len(accesses))
         weights += weight
+        rows = np.zeros((LEVELS, LEVEL_WIDTH))
         for k, level in enumerate(range(len(chain) - 1, max(-1, len(chain) - 1 - LEVELS), -1)):
-            levels[k] += weight * np.asarray(_level_row(level, chain, accesses, nest, flops, host))
+            rows[k] = _level_row(level, chain, accesses, nest, flops, host)
+        levels += weight * rows
+        if max(op_times[0], op_times[3]) >= slowest_s:
+            slowest_s, slowest = max(op_times[0], op_times[3]), rows
         op_part += weight * np.asarray([_log2(iterations) / 30, _log2(1 + flops) / 5, len(accesses) / 8,
                                         float(op.reduction is not None), len(chain) / 10])
         kinds = [s.kind for s in chain]
@@ -308,5 +314,5 @@ def features(program: Program, host: Host, moves: tuple[str, ...] | list[str] | 
         *(_seconds(t) for t in times),
         _seconds(bound),
     ]
-    return np.concatenate([(levels * scale).ravel(), op_part * scale, program_part,
+    return np.concatenate([(levels * scale).ravel(), slowest.ravel(), op_part * scale, program_part,
                            _moves_part(tuple(moves))]).astype(np.float32)

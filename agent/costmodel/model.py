@@ -96,11 +96,12 @@ class CostModel:
     @classmethod
     def train(cls, groups: Sequence[Group], training: Training = Training()) -> CostModel:
         """A new model trained on `groups` (those with two programs or more)."""
+        # the width is the data's: WIDTH for a model to save, more for an experiment with other inputs
         rows = np.concatenate([g.features for g in groups]) if groups else np.zeros((0, WIDTH), np.float32)
-        mean = rows.mean(axis=0) if len(rows) else np.zeros(WIDTH, np.float32)
-        scale = np.maximum(rows.std(axis=0), 1e-3) if len(rows) else np.ones(WIDTH, np.float32)
+        mean = rows.mean(axis=0) if len(rows) else np.zeros(rows.shape[1], np.float32)
+        scale = np.maximum(rows.std(axis=0), 1e-3) if len(rows) else np.ones(rows.shape[1], np.float32)
         rng = np.random.default_rng(training.seed)
-        sizes = (WIDTH, *HIDDEN, 1)
+        sizes = (rows.shape[1], *HIDDEN, 1)
         layers = tuple((rng.normal(0, np.sqrt(2 / a), (a, b)).astype(np.float32), np.zeros(b, np.float32))
                        for a, b in zip(sizes, sizes[1:], strict=False))
         start = cls(layers, mean.astype(np.float32), scale.astype(np.float32), {})
