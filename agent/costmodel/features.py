@@ -251,6 +251,66 @@ def _seconds(t: float) -> float:
     return _log2(t * 1e9) / 40 if t > 1e-9 else 0.0
 
 
+@dataclass(frozen=True)
+class _OpPart:
+    """What one operation adds to the features: its level rows and operation row, already weighted
+    by its work (`weighted`, one flat vector), its work, and its times (`_op_times`)."""
+
+    weight: float
+    weighted: np.ndarray  # LEVELS * LEVEL_WIDTH level rows, then the operation's row, then the shares
+    rows: np.ndarray  # its level rows, unweighted: the slowest operation's are read as they are
+    times: tuple[float, ...]
+
+
+_SHARES = 5  # parallel, vector, unrolled, vector innermost, parallel outermost
+
+
+def _op_part(op: Op, chain: tuple[Scope, ...], buffer_of: dict[str, Buffer], host: Host) -> _OpPart:
+    accesses = _accesses(op, chain, buffer_of)
+    nest = _Nest.of(chain, accesses)
+    flops = op_flops(op)
+    iterations = prod(s.size for s in chain)
+    weight = float(iterations * (flops + len(accesses)))
+    rows = np.zeros((LEVELS, LEVEL_WIDTH))
+    for k, level in enumerate(range(len(chain) - 1, max(-1, len(chain) - 1 - LEVELS), -1)):
+        rows[k] = _level_row(level, chain, accesses, nest, flops, host)
+    kinds = [s.kind for s in chain]
+    own = [_log2(iterations) / 30, _log2(1 + flops) / 5, len(accesses) / 8, float(op.reduction is not None),
+           len(chain) / 10, "p" in kinds, "v" in kinds, "u" in kinds, bool(kinds) and kinds[-1] == "v",
+           bool(kinds) and kinds[0] == "p"]
+    weighted = weight * np.concatenate([rows.ravel(), np.asarray(own, dtype=np.float64)])
+    return _OpPart(weight, weighted, rows, _op_times(chain, nest, flops, host))
+
+
+class _Parts:
+    """Each operation's part, remembered while the operation is alive: a move rebuilds the scopes on
+    its path but keeps the operations it does not rewrite, so the programs one move apart (the
+    editor rates a line's moves, a search a program's successors) share all but a few. Keyed by the
+    operation's identity (held, so that it cannot be reused), the sizes and kinds of its scopes, the
+    buffers it reads and writes, and the host."""
+
+    def __init__(self, capacity: int = 1 << 15):
+        self._capacity = capacity
+        self._parts: dict[tuple, tuple[Op, tuple[Buffer, ...], _OpPart]] = {}
+
+    def of(self, op: Op, chain: tuple[Scope, ...], buffer_of: dict[str, Buffer], host: Host) -> _OpPart:
+        key = (id(op), tuple((s.size, s.kind) for s in chain), host)
+        found = self._parts.get(key)
+        if found is not None:
+            held, buffers, part = found
+            if held is op and all(buffer_of.get(b.array_names[0]) == b for b in buffers):
+                return part
+        part = _op_part(op, chain, buffer_of, host)
+        if len(self._parts) >= self._capacity:
+            self._parts.clear()
+        arrays = {op.target.array, *(a.array for a in op.reads)}
+        self._parts[key] = (op, tuple(buffer_of[a] for a in arrays), part)
+        return part
+
+
+_PARTS = _Parts()
+
+
 def features(program: Program, host: Host, moves: tuple[str, ...] | list[str] | None = None) -> np.ndarray:
     """The cost model's vector of `program` on `host` (float32, WIDTH long; NAMES says what each
     entry is). `moves` is the derivation that made it from its spec, by default the program's own
@@ -258,40 +318,16 @@ def features(program: Program, host: Host, moves: tuple[str, ...] | list[str] | 
     if moves is None:
         moves = program.derivation.moves if program.derivation else ()
     buffer_of = program.buffer_of
-    levels = np.zeros((LEVELS, LEVEL_WIDTH))
-    op_part = np.zeros(len(_OP_NAMES))
-    weights = 0.0
-    shares = {"p": 0.0, "v": 0.0, "u": 0.0}
-    regions = 0
-    vector_innermost = parallel_outermost = 0.0
-    ops = 0
-    times, bound = np.zeros(4), 0.0
-    slowest_s, slowest = 0.0, np.zeros((LEVELS, LEVEL_WIDTH))
-    for op, chain in walk_ops(program.body):
-        ops += 1
-        accesses = _accesses(op, chain, buffer_of)
-        nest = _Nest.of(chain, accesses)
-        flops = op_flops(op)
-        op_times = _op_times(chain, nest, flops, host)
-        times += np.asarray(op_times)
-        bound += max(op_times[0], op_times[3])
-        iterations = prod(s.size for s in chain)
-        weight = iterations * (flops + len(accesses))
-        weights += weight
-        rows = np.zeros((LEVELS, LEVEL_WIDTH))
-        for k, level in enumerate(range(len(chain) - 1, max(-1, len(chain) - 1 - LEVELS), -1)):
-            rows[k] = _level_row(level, chain, accesses, nest, flops, host)
-        levels += weight * rows
-        if max(op_times[0], op_times[3]) >= slowest_s:
-            slowest_s, slowest = max(op_times[0], op_times[3]), rows
-        op_part += weight * np.asarray([_log2(iterations) / 30, _log2(1 + flops) / 5, len(accesses) / 8,
-                                        float(op.reduction is not None), len(chain) / 10])
-        kinds = [s.kind for s in chain]
-        for kind in shares:
-            shares[kind] += weight * (kind in kinds)
-        vector_innermost += weight * (bool(kinds) and kinds[-1] == "v")
-        parallel_outermost += weight * (bool(kinds) and kinds[0] == "p")
-    scale = 1.0 / weights if weights else 0.0
+    parts = [_PARTS.of(op, chain, buffer_of, host) for op, chain in walk_ops(program.body)]
+    weights = sum(p.weight for p in parts)
+    summed = np.sum([p.weighted for p in parts], axis=0) / weights if weights else np.zeros(
+        LEVELS * LEVEL_WIDTH + len(_OP_NAMES) + _SHARES)
+    times = np.sum([p.times for p in parts], axis=0) if parts else np.zeros(4)
+    bounds = [max(p.times[0], p.times[3]) for p in parts]
+    slowest = parts[int(np.argmax(bounds))].rows if parts else np.zeros((LEVELS, LEVEL_WIDTH))
+    levels_end = LEVELS * LEVEL_WIDTH
+    op_end = levels_end + len(_OP_NAMES)
+    shares = summed[op_end:]
     regions = sum(prod(s.size for s in outer) for s, outer in walk_scopes(program.body) if s.kind == "p")
     temporaries = sum(prod(b.storage_shape) * DTYPE_BYTES[b.dtype] for b in program.buffers
                       if not set(b.array_names) & {*program.inputs, *program.outputs} and b.location == "heap")
@@ -299,20 +335,16 @@ def features(program: Program, host: Host, moves: tuple[str, ...] | list[str] | 
     program_part = [
         _log2(needed.flops / host.peak_flops * 1e9) / 30,
         _log2(needed.bytes / host.bandwidth_Bps * 1e9) / 30,
-        _log2(ops) / 5,
+        _log2(len(parts)) / 5,
         _log2(len(program.body)) / 5,
         _log2(sum(1 for _ in walk_scopes(program.body))) / 6,
         _squash(_log2(temporaries / host.l2)) if temporaries else -1.0,
         sum(b.location == "stack" for b in program.buffers) / 4,
         _log2(1 + regions) / 20,
-        shares["p"] * scale,
-        shares["v"] * scale,
-        shares["u"] * scale,
-        vector_innermost * scale,
-        parallel_outermost * scale,
+        *shares,
         math.log1p(len(moves)) / 4,
         *(_seconds(t) for t in times),
-        _seconds(bound),
+        _seconds(sum(bounds)),
     ]
-    return np.concatenate([(levels * scale).ravel(), slowest.ravel(), op_part * scale, program_part,
+    return np.concatenate([summed[:levels_end], slowest.ravel(), summed[levels_end:op_end], program_part,
                            _moves_part(tuple(moves))]).astype(np.float32)
