@@ -22,6 +22,8 @@ def add_to(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--logs", nargs="+", required=True, metavar="LOG",
                        help="evaluation logs (a directory: every *.jsonl and *.jsonl.gz under it)")
     train.add_argument("--out", "-o", required=True, metavar="FILE", help="the model file to write (.npz)")
+    train.add_argument("--hold-out", nargs="*", default=[], metavar="K", help="library kernels never to train on, at "
+                       "any of the library's shapes (those a held-out benchmark measures)")
     train.add_argument("--steps", type=int, default=1500, metavar="N", help="gradient steps (default: 1500)")
     train.add_argument("--seed", type=int, default=0, metavar="S")
     train.set_defaults(run=cmd_costmodel_train)
@@ -51,13 +53,22 @@ def cmd_costmodel_train(args: argparse.Namespace) -> int:
     # imported here: torch is slow to load
     from agent.costmodel.data import log_paths, read_groups
     from agent.costmodel.model import CostModel, Training
+    from agent.evaluate import text_hash
+    from dojo_ir import load
+    from dojo_ir.library import KERNELS
 
     paths = [Path(p) for p in args.logs]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise CommandError(f"dojo costmodel train: error: no such log or directory: {', '.join(missing)}")
+    unknown = [k for k in args.hold_out if k not in KERNELS]
+    if unknown:
+        raise CommandError(f"dojo costmodel train: error: unknown kernel {', '.join(unknown)}; "
+                           f"the library has {', '.join(KERNELS)}")
+    held = {text_hash(load(shaped(KERNELS[k]))) for k in args.hold_out for shaped in (
+        lambda kernel: kernel.text(), lambda kernel: kernel.quick(), lambda kernel: kernel.small())}
     started = time.monotonic()
-    groups = read_groups(paths, _host("native"))
+    groups = [g for g in read_groups(paths, _host("native")) if g.spec_hash not in held]
     if not groups:
         raise CommandError(f"dojo costmodel train: error: none of the {len(log_paths(paths))} logs has two "
                            "programs that ran and can be rebuilt from their spec")
