@@ -228,3 +228,28 @@ def test_every_legal_move_is_rated_as_the_predicted_time_before_over_after() -> 
     move = str(moves[0])
     scores = model.score([SOFTMAX, apply(SOFTMAX, move)], HOST, [(), (move,)])
     assert rated[move] == pytest.approx(math.exp(scores[0] - scores[1]))
+
+
+# -- the commands -----------------------------------------------------------------------------
+
+
+def test_dojo_costmodel_trains_on_logs_holds_out_kernels_and_rates_a_files_moves(tmp_path: Path, capsys) -> None:
+    from server.cli import main
+
+    for name in ("relu", "mul"):
+        spec = load(KERNELS[name].small())
+        moves = [str(m) for m in legal_moves(spec)[:6]]
+        write_log(tmp_path / f"{name}.jsonl.gz", {"spec": to_text(spec), "prefix": [], "target": "native"},
+                  [evaluation(0, [], spec, 3e-6)] + [evaluation(k + 1, [m], apply(spec, m), (2 + k % 3) * 1e-6)
+                                                     for k, m in enumerate(moves)])
+    assert main(["costmodel", "train", "--logs", str(tmp_path), "--steps", "5", "--hold-out", "mul",
+                 "--out", str(tmp_path / "m.npz")]) == 0
+    assert "trained on 7 programs in 1 logs of 1 specs" in capsys.readouterr().err
+    (tmp_path / "relu.dojo").write_text(KERNELS["relu"].small())
+    assert main(["costmodel", "moves", str(tmp_path / "relu.dojo"), "--model", str(tmp_path / "m.npz"),
+                 "--json"]) == 0
+    rated = json.loads(capsys.readouterr().out)
+    assert {r["move"] for r in rated} == {str(m) for m in legal_moves(load(KERNELS["relu"].small()))}
+    assert [r["speedup"] for r in rated] == sorted((r["speedup"] for r in rated), reverse=True)
+    assert main(["costmodel", "train", "--logs", str(tmp_path / "none"), "--out", str(tmp_path / "x.npz")]) == 1
+    assert "no such log" in capsys.readouterr().err
