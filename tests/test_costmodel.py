@@ -168,7 +168,7 @@ def test_the_shipped_model_loads_and_scores_a_thousand_programs_in_well_under_a_
     started = time.perf_counter()
     scores = model.score_features(x)
     assert time.perf_counter() - started < 0.1 and scores.shape == (1000,) and np.isfinite(scores).all()
-    assert model.info["programs"] > 10_000
+    assert model.info["programs"] > 5_000 and "swiglu" not in model.info["specs"]
 
 
 # -- the dataset ------------------------------------------------------------------------------
