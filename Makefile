@@ -88,13 +88,18 @@ bench: install $(BENCH_STAMP)
 	$(BIN)/python bench/library_ray.py
 	$(BIN)/python bench/transformer_block.py
 
-# The agent that ships with PerfDojo (agent/perfllm/trained), rebuilt from scratch: heuristic-free
+# The agent that ships with PerfDojo (agent/perfllm/trained) and the cost model, rebuilt from scratch: heuristic-free
 # searches (random sampling and simulated annealing on the edges graph) over the library's kernels at
 # two shapes, less the four held out for bench/agent_heldout.py; the agent learns offline from their
 # logs, then fine-tunes on episodes of its own. Every step resumes where an interrupted run stopped.
 AGENT_KERNELS := add batchnorm1 batchnorm2 conv1 layernorm1 matmul mul reducemean relu relu_ffn rmsnorm softmax
 AGENT_RUNS := build/agent
 AGENT_SEARCH := $(BIN)/dojo library build $(AGENT_KERNELS) --graph edges
+# The cost model (agent/costmodel/trained) learns from the library's logs in the repository and those of the
+# searches and games above: times, not the expert's choices, so the heuristic graph's logs are data as any
+# other. The kernels held out from the agent are held out from it too, at every shape.
+COSTMODEL_LOGS := bench/results/convergence_runs/logs bench/results/tuned/logs
+HELD_OUT := swiglu layernorm2 conv2 bmm
 
 agent: install $(BENCH_STAMP)
 	$(AGENT_SEARCH) --quick --method random --budget 150 --out $(AGENT_RUNS)/quick-random
@@ -106,6 +111,9 @@ agent: install $(BENCH_STAMP)
 	    --pretrain-updates 3000 --epsilon-start 0.3 --out $(AGENT_RUNS)/trained $$resume
 	cp $(AGENT_RUNS)/trained/policy.pt $(AGENT_RUNS)/trained/curve.jsonl $(AGENT_RUNS)/trained/curve.png \
 	    agent/perfllm/trained/
+	$(BIN)/dojo costmodel train --logs $(COSTMODEL_LOGS) $(AGENT_RUNS)/quick-random/logs $(AGENT_RUNS)/quick-sa/logs \
+	    $(AGENT_RUNS)/small-random/logs $(AGENT_RUNS)/trained/evaluations --hold-out $(HELD_OUT) \
+	    --out agent/costmodel/trained/costmodel.npz
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis editors/vscode/node_modules editors/vscode/dist

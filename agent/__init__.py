@@ -9,4 +9,6 @@
     search.py     random sampling and simulated annealing over the edges or heuristic graph (4.2)
     tune.py       tune(): the one entry point for `dojo tune` and the editor
     perfllm/      the learned agent: embeddings, Max-Q deep Q-learning, a gymnasium env (section 3)
+    costmodel/    a learned cost model that ranks programs without running them: loop-structure
+                  features against the machine's limits, a ranking network, data from evaluation logs
 """

@@ -28,19 +28,17 @@ loop and the work itself.
   UNDER_LOAD times; each answer is timed, and whether it came before the big kernel's diagnostics
   is counted.
 
-The sections above run with `agent.rankQuickFixes` off, as the server was before it ranked. Then a
-second server with it on (the agent of `--checkpoint`, else the shipped one) measures code actions
-ranked by the learned agent:
+The sections above run with `agent.rankQuickFixes` off. Then a second server with it on (the
+shipped cost model) measures code actions ranked by the cost model, which rates the moves at the
+cursor in the request (each applied, featurised and scored):
 
-- after the ratings are ready: each file above is opened and asked for code actions at its line
-  with the most of them until they come ranked (the time from `didOpen` is how long the background
-  rating took, the first file's with loading the agent), then every line is asked ROUNDS rounds.
-- right after an edit, before they are ready: the 200-line file is opened and left until its
-  rating is under way (a version is rated once it has stood QUIET_S), then EDITS_THEN_ACTIONS valid
-  one-line edits come, each followed at once by a request at the edited line (a new version: listed
-  anew) and OTHERS more at other lines, while the worker rates (and competes for the interpreter);
-  the same on the first server, without the ranking. The answers that came ranked are counted: 0
-  means none waited for the agent.
+- each file above is opened and asked, right after `didOpen`, for code actions at its line with the
+  most of them (the first request: parse, check, list, load the model for the first file, rate),
+  then at every line, ROUNDS rounds; every answer must come ranked. Bar: p95 < 100 ms.
+- right after an edit: the 200-line file is opened, then EDITS_THEN_ACTIONS valid one-line edits
+  come, each followed at once by a request at the edited line (a new version: listed and rated
+  anew) and OTHERS more at other lines; the same on the first server, without the ranking. The
+  answers that came ranked are counted.
 
 Percentiles are nearest-rank. The machine's load average is recorded: other work on it is the main
 source of noise. Prints the report and writes bench/results/lsp_speed.md.
@@ -70,8 +68,8 @@ from dojo_ir import load  # noqa: E402
 from dojo_ir.analysis import Analysis  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
 from dojo_ir.moves import find  # noqa: E402
+from server.lsp.documents import Snapshot  # noqa: E402
 from server.lsp.features.code_actions import FIRST_ANSWER_S  # noqa: E402
-from server.lsp.ratings import QUIET_S  # noqa: E402
 
 ROUNDS = 5
 EDITS = 100
@@ -80,7 +78,6 @@ RESOLVES = 30
 EXAMPLES = ("softmax", "matmul")
 ACTIONS_BAR_MS, DIAGNOSTICS_BAR_MS = 100.0, 50.0
 EDITS_THEN_ACTIONS, OTHERS = 10, 20
-RATING_TIMEOUT_S = 900.0
 UNRANKED = {"measure": {"automatic": False}, "agent": {"rankQuickFixes": False}}
 
 
@@ -90,7 +87,7 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 def ranked(found: list[lsp.CodeAction]) -> bool:
-    """Whether the agent's ranking ordered these code actions (the best one is then preferred)."""
+    """Whether the cost model's ranking ordered these code actions (the best one is then preferred)."""
     return any(a.is_preferred for a in found)
 
 
@@ -192,7 +189,6 @@ async def actions_after_edits(session: Session, path: Path, text: str) -> dict:
     version: its moves are listed anew), then OTHERS more at other lines; how many answers came ranked."""
     uri, published = await session.open(path, text)
     await published
-    await asyncio.sleep(QUIET_S + 1.0)  # with the ranking, the opened version's rating is under way: the worst case
     lines = text.splitlines()
     targets = [i for i, line in enumerate(lines) if "0.5" in line]
     first, others, answered_ranked, complete = [], [], 0, 0
@@ -264,26 +260,22 @@ async def resolves(session: Session, path: Path, text: str) -> tuple[float, int]
 
 
 async def ranked_actions(session: Session, name: str, path: Path, text: str) -> dict:
-    uri, published = await session.open(path, text)
-    opened = time.perf_counter()
-    await published
     lines = len(text.splitlines())
-    listed = [len((await session.actions(uri, line))[1]) for line in range(lines)]
-    probe = listed.index(max(listed))
-    while not ranked((await session.actions(uri, probe))[1]):
-        if time.perf_counter() - opened > RATING_TIMEOUT_S:
-            raise TimeoutError(f"{name}: the quick-fixes were not ranked within {RATING_TIMEOUT_S:.0f} s; is the "
-                               "agent loadable (see the server's log)?")
-        await asyncio.sleep(0.05)
-    ready = time.perf_counter() - opened
-    warm = []
+    probe = max(range(lines), key=lambda line: len(Snapshot(path.as_uri(), 1, text).moves_at(line + 1, line + 1)))
+    uri, published = await session.open(path, text)
+    first, found = await session.actions(uri, probe)  # right after didOpen: nothing ready but the text
+    await published
+    warm, first_ranked, offered = [], ranked(found), len(found)
+    answered_ranked = int(first_ranked)
     for _ in range(ROUNDS):
         for line in range(lines):
-            elapsed, _ = await session.actions(uri, line)
+            elapsed, found = await session.actions(uri, line)
             warm.append(elapsed)
+            answered_ranked += ranked(found) or not found
     session.close(uri)
-    return {"name": name, "lines": lines, "ready": ready, "warm": warm, "median": statistics.median(warm),
-            "p95": percentile(warm, 0.95)}
+    return {"name": name, "lines": lines, "most": offered, "first": first, "first_ranked": first_ranked,
+            "warm": warm, "ranked": answered_ranked, "requests": 1 + len(warm),
+            "median": statistics.median(warm), "p95": percentile(warm, 0.95)}
 
 
 async def start_server(options: dict) -> tuple[LanguageClient, Session]:
@@ -311,7 +303,7 @@ def bench_files(scratch: Path) -> list[tuple[str, Path, str]]:
     return files
 
 
-async def run(checkpoint: str) -> dict:
+async def run() -> dict:
     client, session = await start_server(UNRANKED)
     load_before = os.getloadavg()
     try:
@@ -329,7 +321,7 @@ async def run(checkpoint: str) -> dict:
                                                                      (ROOT / "examples" / "softmax.dojo").read_text()))]
     finally:
         await stop_server(client)
-    client, session = await start_server({**UNRANKED, "agent": {"rankQuickFixes": True, "checkpoint": checkpoint}})
+    client, session = await start_server({**UNRANKED, "agent": {"rankQuickFixes": True}})
     try:
         with tempfile.TemporaryDirectory() as scratch:
             ranked_rows = [await ranked_actions(session, name, path, text)
@@ -341,7 +333,7 @@ async def run(checkpoint: str) -> dict:
         await stop_server(client)
     return {"rows": rows, "edits": edit_samples, "resolves": resolve_rows, "after_edits": after_edits,
             "under_load": loaded,
-            "ranked_rows": ranked_rows, "ranked_after": ranked_after, "checkpoint": checkpoint,
+            "ranked_rows": ranked_rows, "ranked_after": ranked_after,
             "load": (load_before, os.getloadavg())}
 
 
@@ -355,7 +347,8 @@ def report(figures: dict) -> str:
     before, after = figures["load"]
     out = ["# Language server latency", "",
            "`python bench/lsp_speed.py`: a real `dojo-lsp` process on stdio, driven by pytest-lsp's client with "
-           "VS Code's capabilities, the agent's ranking of the quick-fixes off (it has its own section at the end); "
+           "VS Code's capabilities, the cost model's ranking of the quick-fixes off (it has its own section at the "
+           "end); "
            "client-side wall time per request. Code actions: a zero-width range at column 0 "
            f"of every line, {ROUNDS} rounds, one request at a time; cold = the request sent right after `didOpen` "
            "(parse, check and list every legal move); warm = the others. Nearest-rank percentiles.", "",
@@ -409,27 +402,29 @@ def report(figures: dict) -> str:
 
 def ranked_report(figures: dict) -> list[str]:
     rows = figures["ranked_rows"]
-    every = [s for r in rows for s in r["warm"]]
+    every = [r["first"] for r in rows] + [s for r in rows for s in r["warm"]]
     overall = percentile(every, 0.95) * 1000
-    agent = f"`{figures['checkpoint']}`" if figures["checkpoint"] else "the shipped checkpoint"
-    out = ["", "## `textDocument/codeAction` ranked by the agent", "",
-           f"A second server with `dojo.agent.rankQuickFixes` on, the agent of {agent}; machine: {machine()}. "
-           "Rated after: from `didOpen` until the answer at the file's line with the most actions came ranked, i.e. "
-           "how long the background rating took (the first file's includes loading the agent: torch and the "
-           f"embedding model). Then every line, {ROUNDS} rounds, as above.", "",
-           "| file | lines | rated after | warm median | warm p95 |", "|---|---|---|---|---|"]
+    requests, answered_ranked = sum(r["requests"] for r in rows), sum(r["ranked"] for r in rows)
+    out = ["", "## `textDocument/codeAction` ranked by the cost model", "",
+           "A second server with `dojo.agent.rankQuickFixes` on: the shipped cost model rates each move at the "
+           "cursor in the request (applied, featurised, scored; ratings kept by program). First: the request sent "
+           "right after `didOpen`, at the file's line with the most actions (parse, check, list, rate; the first "
+           f"file's loads the model). Then every line, {ROUNDS} rounds, as above.", "",
+           "| file | lines | most actions at a line | first (ranked?) | warm median | warm p95 |",
+           "|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['name']} | {r['lines']} | {r['ready']:.1f} s | {r['median'] * 1000:.2f} ms "
+        out.append(f"| {r['name']} | {r['lines']} | {r['most']} | {r['first'] * 1000:.1f} ms "
+                   f"({'yes' if r['first_ranked'] else 'no'}) | {r['median'] * 1000:.2f} ms "
                    f"| {r['p95'] * 1000:.2f} ms |")
-    out += ["", f"Over all {len(every)} requests with the ratings ready: median "
-                f"{statistics.median(every) * 1000:.2f} ms, p95 **{overall:.2f} ms**, max {max(every) * 1000:.1f} ms. "
+    out += ["", f"Over all {len(every)} requests, the first ones included: median "
+                f"{statistics.median(every) * 1000:.2f} ms, p95 **{overall:.2f} ms**, "
+                f"max {max(every) * 1000:.1f} ms; {answered_ranked} of {requests} answers ranked (a line with no "
+                "move has nothing to rank). "
                 f"Bar p95 < {ACTIONS_BAR_MS:.0f} ms: **{'met' if overall < ACTIONS_BAR_MS else 'NOT met'}**.", "",
-            "### Right after an edit, before the ratings are ready", "",
+            "### Right after an edit", "",
             f"The 200-line file, {EDITS_THEN_ACTIONS} valid one-line edits; after each, a request at once at the "
-            f"edited line (its new version's moves listed anew) and {OTHERS} more at other lines, without the ranking "
-            "(the first server) and with it, while the rating process rates the opened version's moves (the "
-            f"file was left {QUIET_S + 1:.0f} s after opening for that rating to start; a version is rated once it "
-            f"has stood {QUIET_S:.0f} s) and takes a core, but not the server's interpreter.", "",
+            f"edited line (its new version's moves listed and rated anew) and {OTHERS} more at other lines, without "
+            "the ranking (the first server) and with it.", "",
             "| ranking | requests | median | p95 | max | answers ranked |", "|---|---|---|---|---|---|"]
     for ranking, after in (("off", figures["after_edits"]), ("on", figures["ranked_after"])):
         for which, samples in (("first after the edit", after["first"]), ("the next ones", after["others"]),
@@ -441,11 +436,8 @@ def ranked_report(figures: dict) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", default="", metavar="DIR",
-                        help="the agent that ranks the quick-fixes (default: the shipped one)")
-    args = parser.parse_args()
-    text = report(asyncio.run(run(args.checkpoint)))
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    text = report(asyncio.run(run()))
     out = Path(__file__).parent / "results" / "lsp_speed.md"
     out.parent.mkdir(exist_ok=True)
     out.write_text(text)

@@ -50,12 +50,12 @@ from typing import Any
 from codegen.build import BuildError, build, default_cache_dir
 from codegen.targets import Target, host_caches, native_vector_bytes, native_vector_registers
 from dojo_ir import Program
-from dojo_ir.tree import DTYPE_BYTES, Access, Binary, Call, Expr, Name, Num, Ref, Unary, walk_ops
+from dojo_ir.tree import DTYPE_BYTES, Access, Binary, Call, Expr, Name, Num, Op, Ref, Unary, walk_ops
 
 from .files import exclusive, write_atomically
 
 __all__ = ["Machine", "MachineError", "Work", "bound_s", "fma_in_flight", "machine_cache_path",
-           "machine_limits", "machine_record", "measured_machine", "work"]
+           "machine_limits", "machine_record", "measured_machine", "op_flops", "work"]
 
 # Bump when the measurement changes, so that caches of the old one are not trusted.
 _VERSION = 2
@@ -112,6 +112,11 @@ def _flops(expr: Expr) -> int:
     raise TypeError(f"not an expression: {expr!r}")
 
 
+def op_flops(op: Op) -> int:
+    """The arithmetic of one execution of `op`: its value's, plus 1 for a reduction's combine."""
+    return _flops(op.value) + (op.reduction is not None)
+
+
 def work(program: Program) -> Work:
     """The bytes `program` must move and the flops it must do, from its IR alone.
 
@@ -124,8 +129,7 @@ def work(program: Program) -> Work:
     read = {buffer_of[a].name: buffer_of[a] for a in program.inputs}
     written = {buffer_of[a].name: buffer_of[a] for a in program.outputs}
     moved = sum(prod(b.storage_shape) * DTYPE_BYTES[b.dtype] for b in (*read.values(), *written.values()))
-    flops = sum((_flops(op.value) + (op.reduction is not None)) * prod(scope.size for scope in chain)
-                for op, chain in walk_ops(program.body))
+    flops = sum(op_flops(op) * prod(scope.size for scope in chain) for op, chain in walk_ops(program.body))
     return Work(bytes=moved, flops=flops)
 
 

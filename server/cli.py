@@ -15,10 +15,11 @@ from collections.abc import Sequence
 
 from dojo_ir.collector import for_long_kernels
 
-from .commands import agent, importing, library, model, moves, program, run, tune
+from .commands import agent, costmodel, importing, library, model, moves, program, run, tune
 from .commands.shared import CommandError
 
-GROUPS = (program, moves, run, tune, agent, library, importing, model)  # in the order `dojo --help` lists them
+# in the order `dojo --help` lists them
+GROUPS = (program, moves, run, tune, agent, costmodel, library, importing, model)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,7 +4,7 @@ Each feature is a module of `features/` with a `register(server)` function, as
 esbonio builds its server; `create_server` registers the ones it is given, so
 a test or an embedding can leave any out. The state shared by features lives
 here: the settings, one immutable `Snapshot` per open document, the
-measurements, the agent's ratings of the moves, and the background tasks.
+measurements, the cost model's ratings of the moves, and the background tasks.
 
 Every background task is started by `spawn`, and by nothing else: it keeps
 them, so that none is garbage-collected half-way and a failing one is logged
@@ -55,7 +55,7 @@ class DojoServer(LanguageServer):
         self.measurements = Measurements(self.spawn, on_change=self.refresh_inlay_hints)
         self._snapshots: dict[str, Snapshot] = {}
         self._analyses: dict[str, asyncio.Future] = {}  # per document: the analysis under way
-        self.ratings = Ratings(self.spawn, self.log_to_client)
+        self.ratings = Ratings(self.log_to_client)
 
     def snapshot(self, uri: str) -> Snapshot:
         """The current version of the open document at `uri`, not necessarily
@@ -111,7 +111,6 @@ class DojoServer(LanguageServer):
     def forget(self, uri: str) -> None:
         self._snapshots.pop(uri, None)
         self._analyses.pop(uri, None)
-        self.ratings.forget(uri)
 
     def spawn(self, work: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
         """Run `work` in the background, tracked; its failure is logged, never raised into the server."""

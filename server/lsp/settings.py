@@ -33,7 +33,7 @@ class Settings:
     tune_budget: int = 100  # evaluations of `dojo.tune` when the command does not say
     agent_checkpoint: str = ""  # what `dojo agent train` wrote, for `dojo.agent.continue` (the user's)
     agent_steps: int = 10  # moves of `dojo.agent.continue` when the command does not say
-    rank_quick_fixes: bool = True  # order the quick-fixes by the agent's predicted speed-up
+    rank_quick_fixes: bool = True  # order the quick-fixes by the cost model's predicted speed-up
 
     @property
     def runner_name(self) -> str:

@@ -16,8 +16,8 @@ from tests.lsp.editor import Editor
 CLIENTS = ("visual_studio_code", "neovim")
 # The agent's checkpoint is a directory that is not there, so that a test that means to play the
 # agent names its own and one that plays by mistake fails at once. The quick-fixes are not ranked
-# by it: loading an agent costs seconds of CPU that the tests of other features need not pay
-# (test_ranking.py turns it on).
+# by the cost model, so that the tests of other features see the plain order their titles are
+# written in (test_ranking.py turns it on).
 SETTINGS = {"dojo": {"target": "native", "repetitions": 3, "measure": {"automatic": False},
                      "agent": {"checkpoint": "/nonexistent/agent", "rankQuickFixes": False}}}
 

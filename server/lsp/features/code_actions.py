@@ -1,9 +1,10 @@
 """Code actions: every legal move whose node covers the cursor's lines.
 
-They come innermost node first, or, once the learned agent has rated the
-version's moves in the background (`ratings.py`, `dojo.agent.rankQuickFixes`),
-best predicted speed-up first, the best one preferred and its title showing
-the prediction. Listing never waits for the agent.
+They come best predicted speed-up first (`ratings.py`: the learned cost
+model, `dojo.agent.rankQuickFixes`), the best one preferred and its title
+showing the prediction; with the setting off, innermost node first. The moves
+are rated in the request, after they are listed (a fraction of a millisecond
+a move), so every answer is ranked, the first after an edit too.
 
 The moves are listed off the event loop, once per version and range. The
 first listing after an edit checks every move around the cursor anew, which
@@ -48,14 +49,13 @@ def register(server: DojoServer) -> None:
         snapshot = await snapshot_of(ls, params.text_document.uri)
         start, end = params.range.start, params.range.end
         last = end.line if end.character > 0 or end.line == start.line else end.line - 1
-        ratings = ls.ratings.request(snapshot, ls.settings)
         first, last = start.line + 1, last + 1
         moves = snapshot.moves_listed_at(first, last)  # a cursor that stays: no listing to wait for
         if moves is None:
             listing = ls.off_loop(snapshot.moves_at, f"moves of {snapshot.name}", first, last)
             done, _ = await asyncio.wait([listing], timeout=FIRST_ANSWER_S)
             moves = listing.result() if done else snapshot.moves_known_at(first, last)
-        return await ls.off_loop(actions, f"code actions of {snapshot.name}", ls, snapshot, moves, ratings)
+        return await ls.off_loop(rated_actions, f"code actions of {snapshot.name}", ls, snapshot, moves)
 
     @server.feature(lsp.CODE_ACTION_RESOLVE)
     async def resolve(ls: DojoServer, code_action: lsp.CodeAction) -> lsp.CodeAction:
@@ -79,6 +79,11 @@ def title(move: Move) -> str:
     return f"{KINDS[move.name].TITLE} — {move}"
 
 
+def rated_actions(ls: DojoServer, snapshot: Snapshot, moves: list[Move]) -> list[lsp.CodeAction]:
+    """The quick-fixes of `moves`, rated by the cost model if ranking is on."""
+    return actions(ls, snapshot, moves, ls.ratings.rate(snapshot, moves, ls.settings))
+
+
 def actions(ls: DojoServer, snapshot: Snapshot, moves: list[Move], ratings: Mapping[str, float] | None
             ) -> list[lsp.CodeAction]:
     """The quick-fixes of `moves`, ranked when `ratings` are known."""
@@ -90,8 +95,8 @@ def actions(ls: DojoServer, snapshot: Snapshot, moves: list[Move], ratings: Mapp
 
 
 def ranked(moves: list[Move], ratings: Mapping[str, float]) -> list[Move]:
-    """`moves` by their rating, best first; the moves the agent does not rate (not for the
-    target) after them, and ties, in their given order."""
+    """`moves` by their rating, best first; the moves not rated (not for the target) after
+    them, and ties, in their given order."""
     return sorted(moves, key=lambda move: -ratings.get(str(move), -math.inf))
 
 
@@ -102,7 +107,7 @@ def action(ls: DojoServer, snapshot: Snapshot, move: Move, lazy: bool, preferred
     edit = None if lazy else moves_edit(ls, snapshot, [str(move)])
     if preferred is None:
         return lsp.CodeAction(title=title(move), kind=KIND, data=data, edit=edit)
-    return lsp.CodeAction(title=f"{title(move)} (agent: ×{preferred:.1f})", kind=KIND, data=data, edit=edit,
+    return lsp.CodeAction(title=f"{title(move)} (predicted ×{preferred:.2f})", kind=KIND, data=data, edit=edit,
                           is_preferred=True)
 
 

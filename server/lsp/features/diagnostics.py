@@ -62,8 +62,6 @@ async def _publish_later(ls: DojoServer, uri: str) -> None:
     found = snapshot.diagnostics + await ls.off_loop(derivation_diagnostics, f"replaying {snapshot.name}", snapshot)
     ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
         uri=uri, version=snapshot.version, diagnostics=[to_lsp(snapshot, d) for d in found]))
-    # Rated now, in the background, so that the quick-fixes are ranked by the time they are asked for.
-    ls.ratings.request(snapshot, ls.settings)
 
 
 def to_lsp(snapshot: Snapshot, diagnostic: Diagnostic) -> lsp.Diagnostic:

@@ -1,0 +1,255 @@
+"""agent/costmodel: the features describe the loop structure against the machine's limits, the
+ranking loss learns an order, a model survives its file, the dataset rebuilds exactly the programs a
+log timed, and a program's moves are rated by the model."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.costmodel.data import Group, read_group, read_groups
+from agent.costmodel.features import NAMES, WIDTH, Host, features
+from agent.costmodel.metrics import pairwise_accuracy, ranking, top_k_recall
+from agent.costmodel.model import SHIPPED, CostModel, CostModelError, Training
+from agent.costmodel.rank import rate_moves
+from agent.evaluate import text_hash
+from agent.legal import legal_moves
+from dojo_ir import load, to_text
+from dojo_ir.library import KERNELS
+from dojo_ir.moves import apply
+
+HOST = Host(peak_flops=4e11, bandwidth_Bps=2e10, cores=2, vector_bytes=64, l1d=48 << 10, l2=2 << 20, l3=32 << 20)
+SOFTMAX = load(KERNELS["softmax"].quick())
+
+
+def at(x: np.ndarray, name: str) -> float:
+    return float(x[NAMES.index(name)])
+
+
+def played(program, *moves: str):
+    for move in moves:
+        program = apply(program, move)
+    return program
+
+
+# -- features ---------------------------------------------------------------------------------
+
+
+def test_features_have_a_fixed_width_whatever_the_program_and_are_finite() -> None:
+    for name in ("softmax", "matmul", "conv2", "relu"):
+        x = features(load(KERNELS[name].quick()), HOST)
+        assert x.shape == (WIDTH,) == (len(NAMES),) and x.dtype == np.float32 and np.isfinite(x).all()
+
+
+def test_a_program_and_its_reprint_have_the_same_features() -> None:
+    program = played(SOFTMAX, "parallelize_scope(op=e, depth=0)", "vectorize_scope(op=e, depth=1)")
+    assert np.array_equal(features(program, HOST, ["a"]), features(load(to_text(program)), HOST, ["a"]))
+
+
+def test_parallelizing_a_scope_shows_in_the_parallel_features() -> None:
+    before = features(SOFTMAX, HOST)
+    after = features(played(SOFTMAX, "parallelize_scope(op=e, depth=0)"), HOST)
+    assert at(before, "program.share_parallel") == 0 < at(after, "program.share_parallel")
+    assert at(before, "program.parallel_regions") == 0 < at(after, "program.parallel_regions")
+    assert at(after, "program.compute_s") < at(before, "program.compute_s")  # two cores' peak instead of one's
+    # e's nest is 2 deep: its outer scope is level 1 counted from the innermost
+    assert at(after, "level1.parallel") > at(before, "level1.parallel") == 0
+
+
+def test_vector_lanes_are_read_against_the_targets_vector_width() -> None:
+    program = played(SOFTMAX, "split_scope(op=e, depth=1, factor=16)", "vectorize_scope(op=e, depth=2)")
+    wide, narrow = features(program, HOST), features(program, replace(HOST, vector_bytes=32))
+    assert at(wide, "level0.vector") > 0
+    # 16 f32 lanes fill a 64-byte vector exactly, and are two 32-byte vectors
+    assert at(narrow, "level0.lanes_vs_width") > at(wide, "level0.lanes_vs_width")
+
+
+def test_footprints_are_read_against_the_machines_caches_and_tasks_against_its_cores() -> None:
+    program = played(SOFTMAX, "parallelize_scope(op=e, depth=0)")
+    small, big = features(program, HOST), features(program, replace(HOST, l1d=HOST.l1d * 4, cores=8))
+    assert at(big, "level0.footprint_vs_l1") < at(small, "level0.footprint_vs_l1")
+    assert at(big, "level1.tasks_per_core") < at(small, "level1.tasks_per_core")
+    assert at(big, "level0.footprint_vs_l2") == at(small, "level0.footprint_vs_l2")
+
+
+def test_the_moves_are_read_as_counts_and_the_last_kinds_in_order() -> None:
+    moves = ["split_scope(op=e, depth=1, factor=16)", "vectorize_scope(op=e, depth=2)"]
+    x = features(played(SOFTMAX, *moves), HOST, moves)
+    assert at(x, "moves.count.split_scope") > 0 and at(x, "moves.count.vectorize_scope") > 0
+    assert at(x, "moves.last0.vectorize_scope") == 1 and at(x, "moves.last1.split_scope") == 1
+    assert at(x, "moves.last0.split_scope") == 0 and at(features(SOFTMAX, HOST), "program.log_moves") == 0
+
+
+def test_features_take_milliseconds() -> None:
+    program = load(KERNELS["swiglu"].quick())
+    features(program, HOST)
+    started = time.perf_counter()
+    for _ in range(20):
+        features(program, HOST)
+    assert (time.perf_counter() - started) / 20 < 0.01
+
+
+# -- the metrics and the model ----------------------------------------------------------------
+
+
+def test_tensets_metrics() -> None:
+    times = np.array([3.0, 1.0, 2.0, 4.0])
+    assert pairwise_accuracy(times, times) == 1.0 and pairwise_accuracy(-times, times) == 0.0
+    assert top_k_recall(np.array([0.0, 1.0, 2.0, 3.0]), times, 1) == 0.0
+    assert top_k_recall(np.array([0.0, 1.0, 2.0, 3.0]), times, 2) == 1.0
+    assert ranking([(times, times), (-times, times)]).pairwise == 0.5
+
+
+def synthetic(seed: int, groups: int) -> list[Group]:
+    """Groups whose log times are a fixed function of two features, plus noise: what a model must
+    learn to order, and to order in groups it never saw."""
+    rng = np.random.default_rng(seed)
+    made = []
+    for g in range(groups):
+        x = np.zeros((40, WIDTH), np.float32)
+        x[:, :16] = rng.normal(0, 1, (40, 16))  # the others constant, as most are within one spec
+        log_t = 1.5 * x[:, 3] - x[:, 7] + 0.5 * np.maximum(x[:, 11], 0) + rng.normal(0, 0.05, 40)
+        made.append(Group(f"synthetic{g}", f"spec{g}", "k", "native", "", ((),) * 40, x, np.exp(log_t - 10)))
+    return made
+
+
+def test_the_ranking_loss_learns_an_order_that_holds_on_groups_it_never_saw() -> None:
+    model = CostModel.train(synthetic(0, 20), Training(steps=300))
+    held_out = ranking([(model.score_features(g.features), g.times_s) for g in synthetic(1, 10)])
+    assert held_out.pairwise > 0.9 and held_out.top5 >= 0.8
+    # score differences read as log time ratios
+    g = synthetic(2, 1)[0]
+    s = model.score_features(g.features)
+    assert np.corrcoef(s, np.log(g.times_s))[0, 1] > 0.9
+
+
+def test_a_model_survives_its_file_and_a_file_that_is_not_one_is_named(tmp_path: Path) -> None:
+    model = CostModel.train(synthetic(0, 4), Training(steps=20))
+    model.save(tmp_path / "m.npz")
+    again = CostModel.load(tmp_path / "m.npz")
+    x = synthetic(3, 1)[0].features
+    assert np.allclose(model.score_features(x), again.score_features(x)) and again.info == model.info
+    (tmp_path / "bad.npz").write_bytes(b"not a model")
+    with pytest.raises(CostModelError, match="bad.npz is not a cost model"):
+        CostModel.load(tmp_path / "bad.npz")
+
+
+def test_a_model_for_other_features_is_refused(tmp_path: Path) -> None:
+    model = CostModel.train(synthetic(0, 2), Training(steps=5))
+    model.save(tmp_path / "m.npz")
+    with np.load(tmp_path / "m.npz") as saved:
+        arrays = dict(saved)
+    meta = json.loads(str(arrays.pop("meta")))
+    meta["features"] = meta["features"][:-1]
+    np.savez(tmp_path / "old.npz", meta=np.array(json.dumps(meta)), **arrays)
+    with pytest.raises(CostModelError, match="other features"):
+        CostModel.load(tmp_path / "old.npz")
+
+
+def test_refit_goes_on_from_the_models_weights_and_leaves_it_as_it_was() -> None:
+    model = CostModel.train(synthetic(0, 4), Training(steps=5))
+    x = synthetic(3, 1)[0].features
+    before = model.score_features(x)
+    refit = model.refit(synthetic(1, 4), Training(steps=50))
+    assert np.array_equal(model.score_features(x), before) and not np.allclose(refit.score_features(x), before)
+    assert refit.info["programs"] == model.info["programs"] + 160
+
+
+def test_the_shipped_model_loads_and_scores_a_thousand_programs_in_well_under_a_second() -> None:
+    model = CostModel.load(SHIPPED)
+    x = np.random.default_rng(0).normal(0, 1, (1000, WIDTH)).astype(np.float32)
+    started = time.perf_counter()
+    scores = model.score_features(x)
+    assert time.perf_counter() - started < 0.1 and scores.shape == (1000,) and np.isfinite(scores).all()
+    assert model.info["programs"] > 5_000 and "swiglu" not in model.info["specs"]
+
+
+# -- the dataset ------------------------------------------------------------------------------
+
+
+def write_log(path: Path, header: dict | None, records: list[dict]) -> None:
+    lines = ([json.dumps(header)] if header else []) + [json.dumps(r) for r in records]
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+
+
+def evaluation(index: int, moves: list[str], program, time_s: float | None, ok: bool = True) -> dict:
+    return {"index": index, "moves": moves, "hash": text_hash(program), "median_s": time_s, "ok": ok,
+            "error": None, "wall_s": 0.1}
+
+
+def test_a_log_is_read_as_one_group_of_the_programs_that_ran_rebuilt_exactly(tmp_path: Path) -> None:
+    spec = load(KERNELS["softmax"].small())
+    prefix = ["parallelize_scope(op=e, depth=0)"]
+    start = played(spec, *prefix)
+    one = ["vectorize_scope(op=e, depth=1)"]
+    two = [*one, "split_scope(op=y, depth=1, factor=2)"]
+    records = [evaluation(0, [], start, 3e-6), evaluation(1, one, played(start, *one), 2e-6),
+               evaluation(2, two, played(start, *two), 1e-6),
+               evaluation(3, ["join_scopes(op=s#1, depth=0)"], start, 1e-6),  # a hash that is not its program's
+               evaluation(4, ["join_scopes(op=s#1, depth=0)"], start, None, ok=False)]
+    records[3]["hash"] = "0" * 32
+    log = tmp_path / "softmax.jsonl.gz"
+    write_log(log, {"spec": to_text(spec), "prefix": prefix, "target": "native", "method": "sa", "graph": "edges"},
+              records)
+    group = read_group(log, HOST)
+    assert group is not None and group.method == "sa" and group.spec_hash == text_hash(spec)
+    assert list(group.times_s) == [3e-6, 2e-6, 1e-6]
+    assert group.moves == (tuple(prefix), tuple(prefix + one), tuple(prefix + two))
+    assert np.array_equal(group.features[2], features(played(start, *two), HOST, prefix + two))
+
+
+def test_a_library_log_without_its_first_line_is_read_with_the_spec_beside_the_library(tmp_path: Path) -> None:
+    spec = load(KERNELS["relu"].small())
+    (tmp_path / "relu.spec.dojo").write_text(to_text(spec))
+    (tmp_path / "logs").mkdir()
+    moves = ["parallelize_scope(op=y, depth=0)"]
+    write_log(tmp_path / "logs" / "relu.sa.heuristic.jsonl.gz", None,
+              [evaluation(0, [], spec, 2e-6), evaluation(1, moves, played(spec, *moves), 1e-6)])
+    write_log(tmp_path / "logs" / "orphan.sa.heuristic.jsonl.gz", None, [evaluation(0, [], spec, 2e-6)])
+    groups = read_groups([tmp_path], HOST)
+    assert [(g.name, g.method, len(g)) for g in groups] == [("relu", "sa.heuristic", 2)]
+
+
+# -- rating moves -----------------------------------------------------------------------------
+
+
+def test_every_legal_move_is_rated_as_the_predicted_time_before_over_after() -> None:
+    model = CostModel.load(SHIPPED)
+    moves = legal_moves(SOFTMAX)
+    rated = rate_moves(model, HOST, SOFTMAX, moves)
+    assert set(rated) == {str(m) for m in moves} and all(v > 0 for v in rated.values())
+    move = str(moves[0])
+    scores = model.score([SOFTMAX, apply(SOFTMAX, move)], HOST, [(), (move,)])
+    assert rated[move] == pytest.approx(math.exp(scores[0] - scores[1]))
+
+
+# -- the commands -----------------------------------------------------------------------------
+
+
+def test_dojo_costmodel_trains_on_logs_holds_out_kernels_and_rates_a_files_moves(tmp_path: Path, capsys) -> None:
+    from server.cli import main
+
+    for name in ("relu", "mul"):
+        spec = load(KERNELS[name].small())
+        moves = [str(m) for m in legal_moves(spec)[:6]]
+        write_log(tmp_path / f"{name}.jsonl.gz", {"spec": to_text(spec), "prefix": [], "target": "native"},
+                  [evaluation(0, [], spec, 3e-6)] + [evaluation(k + 1, [m], apply(spec, m), (2 + k % 3) * 1e-6)
+                                                     for k, m in enumerate(moves)])
+    assert main(["costmodel", "train", "--logs", str(tmp_path), "--steps", "5", "--hold-out", "mul",
+                 "--out", str(tmp_path / "m.npz")]) == 0
+    assert "trained on 7 programs in 1 logs of 1 specs" in capsys.readouterr().err
+    (tmp_path / "relu.dojo").write_text(KERNELS["relu"].small())
+    assert main(["costmodel", "moves", str(tmp_path / "relu.dojo"), "--model", str(tmp_path / "m.npz"),
+                 "--json"]) == 0
+    rated = json.loads(capsys.readouterr().out)
+    assert {r["move"] for r in rated} == {str(m) for m in legal_moves(load(KERNELS["relu"].small()))}
+    assert [r["speedup"] for r in rated] == sorted((r["speedup"] for r in rated), reverse=True)
+    assert main(["costmodel", "train", "--logs", str(tmp_path / "none"), "--out", str(tmp_path / "x.npz")]) == 1
+    assert "no such log" in capsys.readouterr().err
