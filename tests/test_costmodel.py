@@ -230,6 +230,16 @@ def test_every_legal_move_is_rated_as_the_predicted_time_before_over_after() -> 
     assert rated[move] == pytest.approx(math.exp(scores[0] - scores[1]))
 
 
+def test_a_deadline_rates_the_moves_it_reaches_and_leaves_the_rest() -> None:
+    model = CostModel.load(SHIPPED)
+    moves = legal_moves(SOFTMAX)
+    assert rate_moves(model, HOST, SOFTMAX, moves, deadline=time.perf_counter() - 1) == {}
+    some = rate_moves(model, HOST, SOFTMAX, moves, deadline=time.perf_counter() + 0.003)
+    assert set(some) <= {str(m) for m in moves}
+    everything = rate_moves(model, HOST, SOFTMAX, moves, deadline=time.perf_counter() + 60)
+    assert len(everything) == len(moves) and {m: everything[m] for m in some} == pytest.approx(some)
+
+
 # -- the commands -----------------------------------------------------------------------------
 
 
