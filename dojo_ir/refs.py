@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from .affine import Affine, affine
-from .tree import Access, Binary, Call, Expr, Node, Op, Ref, Unary
+from .tree import Access, Binary, Call, Expr, Node, Op, Ref, Unary, map_leaves
 
 Substitution = Callable[[int], Affine]  # old depth -> its value in the new scopes
 
@@ -25,19 +25,16 @@ def _is_ref(form: Affine) -> int | None:
 
 def substitute_expr(expr: Expr, sub: Substitution) -> Expr:
     """`expr` with every `{d}` replaced by `sub(d)`."""
-    if isinstance(expr, Ref):
-        form = sub(expr.depth)
-        depth = _is_ref(form)
-        return Ref(depth) if depth is not None else form.to_expr()
-    if isinstance(expr, Access):
-        return replace(expr, index=tuple(_index(i, sub) for i in expr.index))
-    if isinstance(expr, Unary):
-        return replace(expr, operand=substitute_expr(expr.operand, sub))
-    if isinstance(expr, Binary):
-        return replace(expr, left=substitute_expr(expr.left, sub), right=substitute_expr(expr.right, sub))
-    if isinstance(expr, Call):
-        return replace(expr, args=tuple(substitute_expr(a, sub) for a in expr.args))
-    return expr
+    def leaf(e: Expr) -> Expr:
+        if isinstance(e, Ref):
+            form = sub(e.depth)
+            depth = _is_ref(form)
+            return Ref(depth) if depth is not None else form.to_expr()
+        if isinstance(e, Access):
+            return replace(e, index=tuple(_index(i, sub) for i in e.index))
+        return e
+
+    return map_leaves(expr, leaf)
 
 
 def _index(index: Expr, sub: Substitution) -> Expr:

@@ -142,17 +142,21 @@ def accesses(expr: Expr) -> Iterator[Access]:
     return (e for e in walk_expr(expr) if isinstance(e, Access))
 
 
+def map_leaves(expr: Expr, change: Callable[[Expr], Expr]) -> Expr:
+    """`expr` with every leaf (an array access, a loop reference, a constant) replaced by `change`
+    of it, the operators around them kept."""
+    if isinstance(expr, Unary):
+        return replace(expr, operand=map_leaves(expr.operand, change))
+    if isinstance(expr, Binary):
+        return replace(expr, left=map_leaves(expr.left, change), right=map_leaves(expr.right, change))
+    if isinstance(expr, Call):
+        return replace(expr, args=tuple(map_leaves(x, change) for x in expr.args))
+    return change(expr)
+
+
 def map_accesses(expr: Expr, change: Callable[[Access], Access]) -> Expr:
     """`expr` with every array access replaced by `change` of it."""
-    if isinstance(expr, Access):
-        return change(expr)
-    if isinstance(expr, Unary):
-        return replace(expr, operand=map_accesses(expr.operand, change))
-    if isinstance(expr, Binary):
-        return replace(expr, left=map_accesses(expr.left, change), right=map_accesses(expr.right, change))
-    if isinstance(expr, Call):
-        return replace(expr, args=tuple(map_accesses(x, change) for x in expr.args))
-    return expr
+    return map_leaves(expr, lambda leaf: change(leaf) if isinstance(leaf, Access) else leaf)
 
 
 # -- the body ---------------------------------------------------------------

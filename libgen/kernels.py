@@ -119,34 +119,29 @@ def library_kernel(kernel: str, name: str | None = None, base: str = "paper", **
                       shape=tuple(shape.items()))
 
 
-def _from_file(path: Path) -> KernelSpec:
-    def read(file: Path) -> tuple[str, Program]:
-        try:
-            text = read_source(file)
-            return text, load(text)
-        except DojoError as error:
-            raise LibraryError(error.format(str(file))) from None
+def _read(file: Path) -> tuple[str, Program]:
+    try:
+        text = read_source(file)
+        return text, load(text)
+    except DojoError as error:
+        raise LibraryError(error.format(str(file))) from None
 
-    text, program = read(path)
+
+def _from_file(path: Path, read: tuple[str, Program] | None = None) -> KernelSpec:
+    """The kernel of the file `path`, whose text and program `read` gives when it was read already."""
+    text, program = read or _read(path)
     if program.derivation is None:
         return KernelSpec(path.stem, text, str(path))
-    spec_text, _ = read(spec_path(program, path))
+    spec_text, _ = _read(spec_path(program, path))
     return KernelSpec(path.stem, spec_text, str(path), prefix=tuple(program.derivation.moves))
 
 
-def _kernel_files(directory: Path) -> list[Path]:
-    """The `.dojo` files of `directory`, in name order, without those that another one names as its
-    spec; LibraryError when there are none."""
-    files = sorted(p for p in directory.glob("*.dojo") if p.is_file())
-    specs = set()
-    for path in files:
-        try:
-            program = load(read_source(path))
-        except DojoError as error:
-            raise LibraryError(error.format(str(path))) from None
-        if program.derivation is not None:
-            specs.add(spec_path(program, path).resolve())
-    kernels = [p for p in files if p.resolve() not in specs]
+def _from_directory(directory: Path) -> list[KernelSpec]:
+    """The kernels of the `.dojo` files of `directory`, in name order, without the files that another
+    one names as its spec; LibraryError when there are none."""
+    read = {path: _read(path) for path in sorted(p for p in directory.glob("*.dojo") if p.is_file())}
+    specs = {spec_path(program, path).resolve() for path, (_, program) in read.items() if program.derivation}
+    kernels = [_from_file(path, loaded) for path, loaded in read.items() if path.resolve() not in specs]
     if not kernels:
         raise LibraryError(f"{directory}: no .dojo files to build")
     return kernels
@@ -190,7 +185,7 @@ def resolve(names: Sequence[str], shapes: Sequence[str] = (), base: str = "paper
         if name in KERNELS:
             specs.append(library_kernel(name, base=base, **overrides[name]))
         elif Path(name).is_dir():
-            specs += [_from_file(path) for path in _kernel_files(Path(name))]
+            specs += _from_directory(Path(name))
         elif name.endswith(".dojo") or Path(name).exists():
             specs.append(_from_file(Path(name)))
         else:

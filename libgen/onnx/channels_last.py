@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dojo_ir.tree import DTYPE_BYTES
+
 from .nodes import Array, Derived, Kernel, Nest, Value, affine
 
 if TYPE_CHECKING:
@@ -147,7 +149,7 @@ def _rows_outside(source: Array, wb: Array, win: Window, channels: int) -> int:
     each block's weights stay in cache while the input streams past them. A row of the output is
     what the temporaries of the kernel (the product's, a fused shortcut's) then hold at a time:
     ResNet-50's 1x1 to 256 channels at 56x56 with its shortcut, 57 KiB a row, ran 1.2x slower."""
-    row = math.prod(win.outputs[1:]) * channels * 4
+    row = math.prod(win.outputs[1:]) * channels * DTYPE_BYTES[source.dtype]
     return int(len(win.outputs) > 1 and math.prod(source.shape) > math.prod(wb.shape) and row <= ROW_BYTES)
 
 
