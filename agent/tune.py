@@ -8,9 +8,9 @@ Evaluation 0 is the starting program (the spec, or the spec after `prefix`); the
 the evaluations after it. A pass (`naive`, `greedy`, `heuristic`) spends one evaluation. A search
 (`random`, `sa`) spends up to `budget`, stopping earlier at `time_limit_s`, when `should_stop()`
 says so (polled between evaluations), or when it keeps meeting programs it knows. `agent` lets
-the learned agent trained in `checkpoint` (agent/perfllm; by default the one shipped with the
-project) search (`agent.perfllm.search`: best first by its Q-values, learning from the times as it
-goes) until the budget is spent. Then, as
+the learned agent of `checkpoint` (`agent.learned`: by default the cost model shipped with the
+project, whose ranked search measures only the candidates it ranks best and refits it on their
+times) search until the budget is spent. Then, as
 single timings of a few repetitions are noisy, the best few distinct programs and the start are
 measured again with `runner.measure.measure` and the fastest of those wins; a pass's result is
 measured again with the start. A search stopped by `should_stop` skips that step and returns
@@ -221,11 +221,10 @@ def _search(evaluator: Evaluator, options: KernelTuneOptions, facts: Target, sto
                 pass
         return [tuple(applied)]
     if options.method == AGENT:
-        from .perfllm.checkpoint import SHIPPED
-        from .perfllm.search import search  # torch and the embedding model load only here
+        from .learned import search_agent  # torch loads only here
 
-        search(evaluator.start, options.checkpoint or SHIPPED, evaluator, target=options.target, seed=options.seed,
-               should_stop=stop)
+        search_agent(evaluator.start, evaluator, checkpoint=options.checkpoint, target=options.target,
+                     prefix=evaluator.prefix, seed=options.seed, should_stop=stop)
     else:
         METHODS[options.method](evaluator, make_graph(options.graph, evaluator, facts), options.seed)
     candidates = [moves for _, moves in evaluator.ranked()[:options.finalists]]

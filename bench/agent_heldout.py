@@ -8,12 +8,16 @@ For each held-out kernel, at the library's quick shape, and each seed, every met
 from the spec with the local runner, `max(--budgets)` evaluations, each timed once (3
 repetitions) and verified:
 
-- `agent`: the agent of `--checkpoint` as a search (`agent.perfllm.search`: parents drawn by
-  their measured times, the move out of each by its Q-values, learning from the times as it goes);
+- `agent`: the agent of `--checkpoint` as a search (`agent.learned.search_agent`; by default the
+  shipped cost model's ranked search: candidates ranked by the model, the best few and one at
+  random measured a batch, the model refit on their times);
 - `random`: random sampling on the edges graph;
 - `sa`: simulated annealing on the edges graph;
 - `sa:heuristic`, for reference: simulated annealing on the heuristic graph, which starts from
-  the expert heuristic pass's program (the only method here that knows the hardware).
+  the expert heuristic pass's program (the only method here that knows the hardware);
+- `agent:heuristic`: the agent continuing the heuristic pass's program (its moves the start's
+  prefix), CONTINUING_AT evaluations after it: compared with `sa:heuristic` at as many, in a
+  table of its own.
 
 The best after N evaluations, for each N of `--budgets`, is read off that one run: the fastest
 program among its evaluations 0 to N. (Simulated annealing's temperature falls over its budget,
@@ -46,14 +50,17 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agent.costmodel.model import SHIPPED  # noqa: E402
 from agent.evaluate import Evaluation, Evaluator, read_log, replay_moves, text_hash  # noqa: E402
-from agent.perfllm.checkpoint import POLICY, SHIPPED  # noqa: E402
+from agent.passes import PASSES  # noqa: E402
+from agent.perfllm.checkpoint import POLICY  # noqa: E402
 from agent.search import METHODS, make_graph  # noqa: E402
 from bench.sections import archive_log, machine  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
@@ -65,10 +72,14 @@ from runner.measure import Runner, measure  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 HELD_OUT = ("swiglu", "layernorm2", "conv2", "bmm")  # what the shipped agent never saw (its README)
-SEARCHES = ("agent", "random", "sa", "sa:heuristic")
+SEARCHES = ("agent", "random", "sa", "sa:heuristic", "agent:heuristic")
+CONTINUING = "agent:heuristic"
+CONTINUING_AT = 40  # the continuing bar: the agent from the heuristic pass's program, against sa:heuristic
+CONTINUING_SHARE, CONTINUING_WORST = 0.8, 1.05
+AGENTS = ("agent", CONTINUING)
 # the issue's bars: the agent at AGENT_AT evaluations against the others at the largest budget
 AGENT_AT = 100
-HEURISTIC_SHARE = 0.6
+HEURISTIC_SHARE = 0.8
 Run = list[Evaluation]
 Key = tuple[str, str, int]  # (kernel, method, seed)
 
@@ -93,24 +104,32 @@ def load_run(runs: Path, key: Key, wanted: dict) -> Run | None:
     saved = json.loads(described.read_text())
     if any(saved.get(k) != v for k, v in wanted.items()):
         return None
-    return read_log(log)[1]
+    header, evaluations = read_log(log)
+    return from_spec(evaluations, header.get("prefix", ()) if header else ())
+
+
+def from_spec(evaluations: Run, prefix: Sequence[str]) -> Run:
+    """The evaluations with their moves from the spec: a run that continued a program (its moves the
+    evaluator's prefix) logs them from its start."""
+    return [replace(e, moves=(*prefix, *e.moves)) for e in evaluations] if prefix else evaluations
 
 
 def run_search(spec: Program, method: str, budget: int, seed: int, runner: Runner, checkpoint: Path,
                log: Path) -> Run:
     """Every evaluation of one search, evaluation 0 (the spec) first, each logged to `log`."""
     evaluations: Run = []
-    evaluator = Evaluator(spec, runner=runner, budget=budget, log=log,
+    prefix = PASSES["heuristic"](spec, get_target("native")) if method == CONTINUING else []
+    evaluator = Evaluator(spec, prefix=prefix, runner=runner, budget=CONTINUING_AT if prefix else budget, log=log,
                           on_evaluation=lambda evaluation, _: evaluations.append(evaluation))
     evaluator.evaluate([])
-    if method == "agent":
-        from agent.perfllm.search import search  # torch and the embedding model load only for the agent
+    if method in AGENTS:
+        from agent.learned import search_agent  # torch loads only for the agent
 
-        search(evaluator.start, checkpoint, evaluator, seed=seed)
+        search_agent(evaluator.start, evaluator, checkpoint=checkpoint, prefix=prefix, seed=seed)
     else:
         name, _, graph = method.partition(":")
         METHODS[name](evaluator, make_graph(graph or "edges", evaluator, get_target("native")), seed)
-    return evaluations
+    return from_spec(evaluations, prefix)
 
 
 def run_and_save(spec: Program, runs: Path, key: Key, budget: int, runner: Runner, checkpoint: Path,
@@ -135,6 +154,14 @@ def run_and_save(spec: Program, runs: Path, key: Key, budget: int, runner: Runne
 def best_within(run: Run, budget: int) -> Evaluation:
     """The fastest program among the run's evaluations 0 (the spec) to `budget`."""
     return min((e for e in run if e.index <= budget), key=lambda e: (e.cost, e.index))
+
+
+def read_at(method: str, budgets: list[int], methods: list[str]) -> list[int]:
+    """The evaluations at which `method`'s best is read: the continuing run's at CONTINUING_AT (and its
+    start, the heuristic pass's program), sa:heuristic's there too when it is compared with it."""
+    if method == CONTINUING:
+        return [0, CONTINUING_AT]
+    return budgets + ([CONTINUING_AT] if method == "sa:heuristic" and CONTINUING in methods else [])
 
 
 def geomean(values: list[float]) -> float:
@@ -195,14 +222,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="run nothing: measure again and report what is saved, noting what is missing")
     args = parser.parse_args(argv)
     budgets, top = sorted(set(args.budgets)), max(args.budgets)
-    if "agent" in args.methods and not args.report_only and not args.checkpoint.exists():
+    if set(AGENTS) & set(args.methods) and not args.report_only and not args.checkpoint.exists():
         parser.error(f"no agent at {args.checkpoint}")
     policy = policy_hash(args.checkpoint) if args.checkpoint.exists() else None
     runner = LocalRunner()
     specs = {name: load(KERNELS[name].quick()) for name in args.kernels}
 
     def wanted(kernel: str, method: str) -> dict:
-        return {"budget": top, "spec": text_hash(specs[kernel])} | ({"policy": policy} if method == "agent" else {})
+        budget = CONTINUING_AT if method == CONTINUING else top
+        return {"budget": budget, "spec": text_hash(specs[kernel])} | ({"policy": policy} if method in AGENTS else {})
 
     keys = [(kernel, method, seed) for kernel in specs for seed in args.seeds for method in SEARCHES]
     if not args.report_only:
@@ -211,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             if method not in args.methods or load_run(args.runs, key, wanted(kernel, method)) is not None:
                 continue
             described = wanted(kernel, method) | ({"checkpoint": str(shown(args.checkpoint))}
-                                                  if method == "agent" else {})
+                                                  if method in AGENTS else {})
             started = time.perf_counter()
             run = run_and_save(specs[kernel], args.runs, key, top, runner, args.checkpoint, described)
             print(f"{kernel:11} seed {seed} {method:13}: {len(run) - 1:4} evaluations, best "
@@ -232,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     remeasured: dict[tuple[str, tuple[str, ...]], float] = {}
     for name, spec in specs.items():
         programs = {(): None} | {best_within(runs[name, m, s], n).moves: None for m in complete
-                                 for n in budgets for s in args.seeds}
+                                 for n in read_at(m, budgets, complete) for s in args.seeds}
         for moves in programs:
             result = measure(runner, replay_moves(spec, moves)[0], repeats=5, warmup=1, spec=spec,
                              min_time_s=args.min_time)
@@ -251,7 +279,7 @@ def report(args: argparse.Namespace, argv: list[str] | None, specs: dict[str, Pr
            remeasured: dict[tuple[str, tuple[str, ...]], float], runs: dict[Key, Run], policy: str | None,
            measured_s: float) -> None:
     top, kernels = max(budgets), list(specs)
-    columns = [(m, b) for m in methods for b in budgets]
+    columns = [(m, b) for m in methods if m != CONTINUING for b in budgets]
     command = shlex.join(["python", "bench/agent_heldout.py", *(sys.argv[1:] if argv is None else argv)])
     descriptions = {key: json.loads(run_files(args.runs, *key)[1].read_text()) for key in runs if key[1] in methods}
     finished = sorted(d["finished"] for d in descriptions.values())
@@ -279,8 +307,12 @@ def report(args: argparse.Namespace, argv: list[str] | None, specs: dict[str, Pr
     lines += ["| geomean |  | " + " | ".join(f"{speedups[key]:.2f}x" for key in columns) + " |", ""]
     bar_lines, ratios = bars(time_of, kernels, methods, top)
     plot = args.out.with_suffix(".png")
-    draw(runs, kernels, methods, args.seeds, top, plot)
+    draw(runs, kernels, [m for m in methods if m != CONTINUING], args.seeds, top, plot)
     lines += bar_lines
+    if CONTINUING in methods and "sa:heuristic" in methods:
+        continuing_lines, continuing_ratios = continuing(time_of, remeasured, kernels)
+        lines += continuing_lines
+        ratios |= continuing_ratios
     lines.append(f"Plot: `{shown(plot)}` (best time so far over the spec's, as each search timed it: one faint line "
                  "per seed, the median over the seeds in bold).")
     args.out.write_text("\n".join(lines) + "\n")
@@ -288,6 +320,34 @@ def report(args: argparse.Namespace, argv: list[str] | None, specs: dict[str, Pr
         {f"{n}|{m}|{b}": time_of(n, m, b) for n in kernels for m, b in columns}
         | {f"{n}|spec": remeasured[n, ()] for n in kernels} | {"bars": ratios}, indent=1))
     print("\n".join(lines))
+
+
+def continuing(time_of: Callable[[str, str, int], float], remeasured: dict[tuple[str, tuple[str, ...]], float],
+               kernels: list[str]) -> tuple[list[str], dict[str, float]]:
+    """The continuing mode's table and bar: the agent from the heuristic pass's program against
+    sa:heuristic, both at CONTINUING_AT evaluations, time over time."""
+    at = CONTINUING_AT
+    lines = [f"## Continuing the heuristic pass's program, {at} evaluations", "",
+             f"`{CONTINUING}`: the agent from the heuristic pass's program (evaluation 0, not counted); "
+             f"`sa:heuristic` at {at} evaluations of its runs above (which meet that program among the first). "
+             "Speed-ups over the spec, median over the seeds, measured again.", "",
+             f"| kernel | heuristic pass | sa:heuristic {at} | {CONTINUING} {at} | agent time / sa time |",
+             "|---|---:|---:|---:|---:|"]
+    ratio = {}
+    for name in kernels:
+        spec_s = remeasured[name, ()]
+        ratio[name] = time_of(name, CONTINUING, at) / time_of(name, "sa:heuristic", at)
+        speedups = [spec_s / time_of(name, m, n) for m, n in ((CONTINUING, 0), ("sa:heuristic", at), (CONTINUING, at))]
+        lines.append(f"| {name} | " + " | ".join(f"{x:.2f}x" for x in speedups) + f" | {ratio[name]:.3f} |")
+    mean, worst = geomean(list(ratio.values())), max(ratio.values())
+    met = mean <= CONTINUING_SHARE and worst <= CONTINUING_WORST
+    lines += [f"| geomean |  |  |  | {mean:.3f} |", "",
+              f"(c) The agent continuing the heuristic pass's program, its time at {at} evaluations over "
+              f"sa:heuristic's at {at}: {mean:.3f} in geometric mean, {worst:.3f} at worst: "
+              f"**{'met' if met else 'not met'}** (at most {CONTINUING_SHARE:.2f}, and {CONTINUING_WORST:.2f} on "
+              "every kernel).", ""]
+    key = f"{CONTINUING} {at} / sa:heuristic {at}"
+    return lines, {key: mean, f"{key}, worst": worst}
 
 
 def draw(runs: dict[Key, Run], kernels: list[str], methods: list[str], seeds: list[int], top: int,

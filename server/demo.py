@@ -6,8 +6,10 @@ registers, reuse storage, tile, vectorize, parallelize), each one among the
 legal moves listed at that point; prove the result equal to the spec with
 `replay` and with the reference interpreter; then generate C for this
 machine, build, time and verify both programs with the runner and show the
-speedup. Then the learned agent that comes with PerfDojo (agent/perfllm/trained)
-continues the spec for a few moves, measuring each. Last, what the checker
+speedup. Then the learned agent that comes with PerfDojo (its cost model,
+agent/costmodel/trained) continues the spec for a few moves: at each it ranks
+every candidate, measures the best few, plays the fastest and learns from their
+times. Last, what the checker
 says about a broken copy.
 """
 
@@ -88,21 +90,25 @@ def _agent(spec, runner: LocalRunner) -> None:
     """The shipped agent plays a few moves from the spec; its packages come with `make test`."""
     try:
         from agent.evaluate import Evaluator
-        from agent.perfllm.checkpoint import SHIPPED
-        from agent.perfllm.play import Step, continue_
+        from agent.learned import continue_agent
+        from agent.perfllm.play import Step
     except ImportError as error:
-        print(f"(The learned agent needs torch and transformers, which `make test` installs: {error}.)\n")
+        print(f"(The learned agent needs torch, which `make test` installs: {error}.)\n")
         return
-    print(f"The learned agent that comes with PerfDojo (PerfLLM, agent/perfllm/trained) continues the spec for "
-          f"{AGENT_STEPS} moves, measuring each (`dojo agent continue`):\n")
+    print(f"The learned agent that comes with PerfDojo (its cost model, agent/costmodel/trained) continues the "
+          f"spec for {AGENT_STEPS} moves (`dojo agent continue`). At each it ranks every candidate by the model, "
+          "measures the best few and two of other kinds, and plays the fastest; from 30 programs measured on, it "
+          "refits the model on their times:\n")
 
     def show(step: Step) -> None:
         time_s = "failed" if step.time_s is None else format_time(step.time_s)
         print(f"  {step.index}. {step.move or 'stop':<46} {time_s}")
 
-    result = continue_(spec, SHIPPED, AGENT_STEPS, Evaluator(spec, runner=runner), on_step=show)
+    evaluator = Evaluator(spec, runner=runner)
+    result = continue_agent(spec, AGENT_STEPS, evaluator, on_step=show)
     if result.speedup is not None:
-        print(f"\n  best program met: {len(result.moves)} moves, {result.speedup:.2f}x the spec\n")
+        print(f"\n  best program met: {len(result.moves)} moves, {result.speedup:.2f}x the spec, "
+              f"{evaluator.evaluations} programs measured\n")
 
 
 def _report(result: RunResult) -> str:

@@ -130,6 +130,29 @@ def test_the_agent_trains_continues_a_file_and_tunes_from_the_command_line(softm
     assert shipped.returncode == 0, shipped.stderr  # the agent that comes with PerfDojo
 
 
+def test_the_shipped_agent_ranks_with_its_cost_model_from_a_spec_and_continuing_a_derived_file(
+        softmax: Path, tmp_path: Path) -> None:
+    """With no checkpoint, the agent is the shipped cost model's ranked search: from the spec (no
+    heuristic), and continuing a derived file (the heuristic pass's program here), whose moves it
+    keeps; each step is a batch of a few measurements, and the result replays."""
+    heuristic = tmp_path / "heuristic.dojo"
+    made = dojo("tune", str(softmax), "--method", "heuristic", "--min-time", "0", "--out", str(heuristic))
+    assert made.returncode == 0, made.stderr
+    for start, prefix in ((softmax, ()), (heuristic, tuple(load(heuristic.read_text()).derivation.moves))):
+        out = tmp_path / f"agent-{start.stem}.dojo"
+        played = dojo("agent", "continue", str(start), "--steps", "2", "-o", str(out), "--json")
+        assert played.returncode == 0, played.stderr
+        summary = json.loads(played.stdout)
+        assert len(summary["steps"]) == 2 and summary["ended"] == "steps"
+        if summary["moves"]:
+            assert dojo("replay", str(out)).returncode == 0
+            assert tuple(load(out.read_text()).derivation.moves)[:len(prefix)] == prefix
+    tuned = dojo("tune", str(heuristic), "--method", "agent", "--budget", "6", "--min-time", "0", "--out",
+                 str(tmp_path / "tuned.dojo"), "--json")
+    assert tuned.returncode == 0, tuned.stderr
+    assert json.loads(tuned.stdout)["evaluations"] == 6 and dojo("replay", str(tmp_path / "tuned.dojo")).returncode == 0
+
+
 def test_the_agent_trains_and_plays_with_the_heuristic_pass_removed_from_the_installation(softmax: Path,
                                                                                          tmp_path: Path) -> None:
     """PerfLLM knows no hardware: with agent.passes (the expert heuristic) impossible to import, as

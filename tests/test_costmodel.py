@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from agent.costmodel.data import Group, read_group, read_groups
-from agent.costmodel.features import NAMES, WIDTH, Host, features
+from agent.costmodel.features import NAMES, OP_NAMES, SHARED_NAMES, SLOTS, WIDTH, Host, features, op_rows
 from agent.costmodel.metrics import pairwise_accuracy, ranking, top_k_recall
 from agent.costmodel.model import SHIPPED, CostModel, CostModelError, Training
 from agent.costmodel.rank import rate_moves
@@ -24,12 +24,17 @@ from agent.legal import legal_moves
 from dojo_ir import load, to_text
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import apply
+from dojo_ir.tree import walk_ops
 
 HOST = Host(peak_flops=4e11, bandwidth_Bps=2e10, cores=2, vector_bytes=64, l1d=48 << 10, l2=2 << 20, l3=32 << 20)
 SOFTMAX = load(KERNELS["softmax"].quick())
 
 
 def at(x: np.ndarray, name: str) -> float:
+    """A program's entry, or the largest of an operation's entry over its operations (`op.NAME`)."""
+    if name.startswith("op."):
+        rows = op_rows(x)
+        return float(rows[rows[:, 0] > 0.5, OP_NAMES.index(name[3:])].max())
     return float(x[NAMES.index(name)])
 
 
@@ -60,23 +65,23 @@ def test_parallelizing_a_scope_shows_in_the_parallel_features() -> None:
     assert at(before, "program.parallel_regions") == 0 < at(after, "program.parallel_regions")
     assert at(after, "program.compute_s") < at(before, "program.compute_s")  # two cores' peak instead of one's
     # e's nest is 2 deep: its outer scope is level 1 counted from the innermost
-    assert at(after, "level1.parallel") > at(before, "level1.parallel") == 0
+    assert at(after, "op.level1.parallel") > at(before, "op.level1.parallel") == 0
 
 
 def test_vector_lanes_are_read_against_the_targets_vector_width() -> None:
     program = played(SOFTMAX, "split_scope(op=e, depth=1, factor=16)", "vectorize_scope(op=e, depth=2)")
     wide, narrow = features(program, HOST), features(program, replace(HOST, vector_bytes=32))
-    assert at(wide, "level0.vector") > 0
+    assert at(wide, "op.level0.vector") > 0
     # 16 f32 lanes fill a 64-byte vector exactly, and are two 32-byte vectors
-    assert at(narrow, "level0.lanes_vs_width") > at(wide, "level0.lanes_vs_width")
+    assert at(narrow, "op.level0.lanes_vs_width") > at(wide, "op.level0.lanes_vs_width")
 
 
 def test_footprints_are_read_against_the_machines_caches_and_tasks_against_its_cores() -> None:
     program = played(SOFTMAX, "parallelize_scope(op=e, depth=0)")
     small, big = features(program, HOST), features(program, replace(HOST, l1d=HOST.l1d * 4, cores=8))
-    assert at(big, "level0.footprint_vs_l1") < at(small, "level0.footprint_vs_l1")
-    assert at(big, "level1.tasks_per_core") < at(small, "level1.tasks_per_core")
-    assert at(big, "level0.footprint_vs_l2") == at(small, "level0.footprint_vs_l2")
+    assert at(big, "op.level0.footprint_vs_l1") < at(small, "op.level0.footprint_vs_l1")
+    assert at(big, "op.level1.tasks_per_core") < at(small, "op.level1.tasks_per_core")
+    assert at(big, "op.level0.footprint_vs_l2") == at(small, "op.level0.footprint_vs_l2")
 
 
 def test_the_moves_are_read_as_counts_and_the_last_kinds_in_order() -> None:
@@ -85,6 +90,17 @@ def test_the_moves_are_read_as_counts_and_the_last_kinds_in_order() -> None:
     assert at(x, "moves.count.split_scope") > 0 and at(x, "moves.count.vectorize_scope") > 0
     assert at(x, "moves.last0.vectorize_scope") == 1 and at(x, "moves.last1.split_scope") == 1
     assert at(x, "moves.last0.split_scope") == 0 and at(features(SOFTMAX, HOST), "program.log_moves") == 0
+
+
+def test_each_operation_has_its_row_and_a_long_program_keeps_those_of_most_time() -> None:
+    rows = op_rows(features(SOFTMAX, HOST))
+    assert rows.shape == (SLOTS, len(OP_NAMES)) and rows[:, 0].sum() == 6  # softmax's six operations
+    assert rows[:, OP_NAMES.index("work_share")].sum() == pytest.approx(1.0, rel=1e-5)
+    bound = OP_NAMES.index("bound_s")
+    assert list(rows[:6, bound]) == sorted(rows[:6, bound], reverse=True) and not rows[6:].any()
+    long = load(KERNELS["swiglu"].quick())
+    x = features(long, HOST)
+    assert op_rows(x)[:, 0].sum() == min(SLOTS, sum(1 for _ in walk_ops(long.body)))
 
 
 def test_features_take_milliseconds() -> None:
@@ -108,16 +124,30 @@ def test_tensets_metrics() -> None:
 
 
 def synthetic(seed: int, groups: int) -> list[Group]:
-    """Groups whose log times are a fixed function of two features, plus noise: what a model must
-    learn to order, and to order in groups it never saw."""
+    """Groups of one-operation programs whose log times are a fixed function of two of the operation's
+    entries, plus noise: what a model must learn to order, and to order in groups it never saw."""
     rng = np.random.default_rng(seed)
     made = []
     for g in range(groups):
         x = np.zeros((40, WIDTH), np.float32)
-        x[:, :16] = rng.normal(0, 1, (40, 16))  # the others constant, as most are within one spec
-        log_t = 1.5 * x[:, 3] - x[:, 7] + 0.5 * np.maximum(x[:, 11], 0) + rng.normal(0, 0.05, 40)
+        op = len(SHARED_NAMES)
+        x[:, op] = 1.0  # present
+        x[:, op + 1:op + 17] = rng.normal(0, 1, (40, 16))  # the others constant, as most are within one spec
+        log_t = 1.5 * x[:, op + 3] - x[:, op + 7] + 0.5 * np.maximum(x[:, op + 11], 0) + rng.normal(0, 0.05, 40)
         made.append(Group(f"synthetic{g}", f"spec{g}", "k", "native", "", ((),) * 40, x, np.exp(log_t - 10)))
     return made
+
+
+def test_a_programs_score_sums_its_operations_predicted_times() -> None:
+    """The score is the log of the sum of exp(each operation's output): a program of two operations
+    scores log(exp(a) + exp(b)), a and b the scores of each alone with the same program entries."""
+    model = CostModel.train(synthetic(0, 4), Training(steps=20))
+    one = synthetic(5, 1)[0].features[:2]
+    both = one[:1].copy()
+    slot = len(SHARED_NAMES) + len(OP_NAMES)
+    both[0, slot:slot + len(OP_NAMES)] = one[1, len(SHARED_NAMES):slot]
+    a, b = model.score_features(one)
+    assert model.score_features(both)[0] == pytest.approx(np.logaddexp(a, b), abs=1e-4)
 
 
 def test_the_ranking_loss_learns_an_order_that_holds_on_groups_it_never_saw() -> None:

@@ -1,20 +1,25 @@
-"""What the cost model reads of a program: its loop structure, per loop level, and its derivation's
-moves, as one fixed-length vector normalised by the machine's limits.
+"""What the cost model reads of a program: its loop structure, operation by operation and per loop
+level, and its derivation's moves, as one fixed-length vector normalised by the machine's limits.
 
     host = Host.of(measured_machine(), get_target("native"))
     x = features(program, host, moves)          # np.ndarray of WIDTH float32s
+    op_rows(x)                                  # (SLOTS, len(OP_NAMES)): one row an operation
 
-Per operation, each of its innermost LEVELS scopes (innermost first) gives a row: the scope's
-extent and kind (sequential, parallel, vector, unrolled, GPU), the iterations around it, and of the
-nest from that scope inwards the bytes and cache lines its accesses touch (against each cache
-level), their reuse, the accesses' strides at that scope, the flops per byte (against the
-machine's balance of peak to bandwidth), a vector's lanes against the target's vector width and a
-parallel scope's tasks per core. The operations' rows are averaged, each weighted by its share of
-the program's work (iterations times the flops and accesses of one), so that a nest of a million
-iterations speaks louder than one of a hundred. Whole-program sums follow: the compulsory work
-against the roofline, temporaries, parallel regions entered, the share of the work under a vector
-or parallel scope. Then the moves: how many of each kind were played, and the kinds of the last
-few, in order (TLP and the compiler world models read a schedule's primitives as a sequence).
+The vector is the program's entries, then one row for each operation (at most SLOTS, those of most
+predicted time), which the model scores one by one and adds up (`agent.costmodel.model`): a program
+takes the sum of its nests' times, so a move that speeds up one nest is worth that nest's share,
+which a single vector averaged over the operations cannot say. An operation's row holds its
+iterations, flops, accesses and scope kinds, its share of the program's work, the times its loop
+structure asks of the machine (`_op_times`), and one row for each of its innermost LEVELS scopes
+(innermost first): the scope's extent and kind (sequential, parallel, vector, unrolled, GPU), the
+iterations around it, and of the nest from that scope inwards the bytes and cache lines its
+accesses touch (against each cache level), their reuse, the accesses' strides at that scope, the
+flops per byte (against the machine's balance of peak to bandwidth), a vector's lanes against the
+target's vector width and a parallel scope's tasks per core. The program's entries are
+whole-program sums: the compulsory work against the roofline, temporaries, parallel regions
+entered, the share of the work under a vector or parallel scope; then the moves: how many of each
+kind were played, and the kinds of the last few, in order (TLP and the compiler world models read
+a schedule's primitives as a sequence).
 
 Sizes and times are logarithms, and every size is taken relative to the machine's own limit of
 its kind (a footprint against the caches, lanes against the vector width, tasks against the
@@ -40,6 +45,7 @@ from runner.roofline import Machine, op_flops, work
 
 LEVELS = 6  # innermost scopes read per operation: a tiled nest's register and cache tiles fit
 LAST_MOVES = 3  # the kinds of the last few moves, in order
+SLOTS = 8  # operations read one by one: those of most predicted time, when a program has more
 LINE_BYTES = 64
 MOVE_KINDS = tuple(sorted(KINDS))
 _GPU_KINDS = ("g", "b", "w")
@@ -89,21 +95,25 @@ _LEVEL_NAMES = (
     "stride_zero", "stride_unit", "stride_small", "stride_line", "log_stride_bytes",
     "flops_per_byte_vs_balance", "lanes_vs_width", "tasks_per_core", "log_parallel_entries", "innermost",
 )
-_OP_NAMES = ("log_iterations", "log_flops_per_iteration", "accesses", "reduction", "depth")
+_OP_NAMES = (
+    "present", "log_iterations", "log_flops_per_iteration", "accesses", "reduction", "depth", "parallel", "vector",
+    "unrolled", "vector_innermost", "parallel_outermost", "compute_s", "traffic_l1_s", "traffic_l2_s", "memory_s",
+    "bound_s", "work_share",
+)
 _PROGRAM_NAMES = (
     "flops_time", "bytes_time", "operations", "nests", "scopes", "temporary_bytes_vs_l2", "stack_buffers",
     "parallel_regions", "share_parallel", "share_vector", "share_unrolled", "vector_innermost",
     "parallel_outermost", "log_moves", "compute_s", "traffic_l1_s", "traffic_l2_s", "memory_s", "bound_s",
+    "operations_left_out",
 )
 LEVEL_WIDTH = len(_LEVEL_NAMES)
-NAMES: tuple[str, ...] = (
-    *(f"level{k}.{n}" for k in range(LEVELS) for n in _LEVEL_NAMES),
-    *(f"slowest.level{k}.{n}" for k in range(LEVELS) for n in _LEVEL_NAMES),
-    *(f"op.{n}" for n in _OP_NAMES),
+OP_NAMES: tuple[str, ...] = (*_OP_NAMES, *(f"level{k}.{n}" for k in range(LEVELS) for n in _LEVEL_NAMES))
+SHARED_NAMES: tuple[str, ...] = (
     *(f"program.{n}" for n in _PROGRAM_NAMES),
     *(f"moves.count.{k}" for k in MOVE_KINDS),
     *(f"moves.last{i}.{k}" for i in range(LAST_MOVES) for k in MOVE_KINDS),
 )
+NAMES: tuple[str, ...] = (*SHARED_NAMES, *(f"op{k}.{n}" for k in range(SLOTS) for n in OP_NAMES))
 WIDTH = len(NAMES)
 
 
@@ -253,16 +263,17 @@ def _seconds(t: float) -> float:
 
 @dataclass(frozen=True)
 class _OpPart:
-    """What one operation adds to the features: its level rows and operation row, already weighted
-    by its work (`weighted`, one flat vector), its work, and its times (`_op_times`)."""
+    """What one operation adds to the features: its row (OP_NAMES, but for its share of the work,
+    which needs the others'), its work (iterations times the flops and accesses of one) and its
+    times (`_op_times`)."""
 
     weight: float
-    weighted: np.ndarray  # LEVELS * LEVEL_WIDTH level rows, then the operation's row, then the shares
-    rows: np.ndarray  # its level rows, unweighted: the slowest operation's are read as they are
+    row: np.ndarray
     times: tuple[float, ...]
 
-
-_SHARES = 5  # parallel, vector, unrolled, vector innermost, parallel outermost
+    @property
+    def bound_s(self) -> float:
+        return max(self.times[0], self.times[3])
 
 
 def _op_part(op: Op, chain: tuple[Scope, ...], buffer_of: dict[str, Buffer], host: Host) -> _OpPart:
@@ -271,15 +282,15 @@ def _op_part(op: Op, chain: tuple[Scope, ...], buffer_of: dict[str, Buffer], hos
     flops = op_flops(op)
     iterations = prod(s.size for s in chain)
     weight = float(iterations * (flops + len(accesses)))
-    rows = np.zeros((LEVELS, LEVEL_WIDTH))
+    levels = np.zeros((LEVELS, LEVEL_WIDTH))
     for k, level in enumerate(range(len(chain) - 1, max(-1, len(chain) - 1 - LEVELS), -1)):
-        rows[k] = _level_row(level, chain, accesses, nest, flops, host)
+        levels[k] = _level_row(level, chain, accesses, nest, flops, host)
     kinds = [s.kind for s in chain]
-    own = [_log2(iterations) / 30, _log2(1 + flops) / 5, len(accesses) / 8, float(op.reduction is not None),
+    times = _op_times(chain, nest, flops, host)
+    own = [1.0, _log2(iterations) / 30, _log2(1 + flops) / 5, len(accesses) / 8, float(op.reduction is not None),
            len(chain) / 10, "p" in kinds, "v" in kinds, "u" in kinds, bool(kinds) and kinds[-1] == "v",
-           bool(kinds) and kinds[0] == "p"]
-    weighted = weight * np.concatenate([rows.ravel(), np.asarray(own, dtype=np.float64)])
-    return _OpPart(weight, weighted, rows, _op_times(chain, nest, flops, host))
+           bool(kinds) and kinds[0] == "p", *(_seconds(t) for t in times), _seconds(max(times[0], times[3])), 0.0]
+    return _OpPart(weight, np.concatenate([np.asarray(own, dtype=np.float64), levels.ravel()]), times)
 
 
 class _Parts:
@@ -311,23 +322,23 @@ class _Parts:
 _PARTS = _Parts()
 
 
+_WORK_SHARE = _OP_NAMES.index("work_share")
+_FLAGS = slice(_OP_NAMES.index("parallel"), _OP_NAMES.index("parallel_outermost") + 1)
+
+
 def features(program: Program, host: Host, moves: tuple[str, ...] | list[str] | None = None) -> np.ndarray:
     """The cost model's vector of `program` on `host` (float32, WIDTH long; NAMES says what each
-    entry is). `moves` is the derivation that made it from its spec, by default the program's own
-    (none for a spec)."""
+    entry is): the program's and its moves' entries, then one row of OP_NAMES for each of its
+    operations, at most SLOTS (those of most predicted time; the rows of slots no operation fills
+    are zeros, `present` 0 among them). `moves` is the derivation that made it from its spec, by
+    default the program's own (none for a spec)."""
     if moves is None:
         moves = program.derivation.moves if program.derivation else ()
     buffer_of = program.buffer_of
     parts = [_PARTS.of(op, chain, buffer_of, host) for op, chain in walk_ops(program.body)]
-    weights = sum(p.weight for p in parts)
-    summed = np.sum([p.weighted for p in parts], axis=0) / weights if weights else np.zeros(
-        LEVELS * LEVEL_WIDTH + len(_OP_NAMES) + _SHARES)
+    weights = sum(p.weight for p in parts) or 1.0
+    shares = np.sum([p.weight * p.row[_FLAGS] for p in parts], axis=0) / weights if parts else np.zeros(5)
     times = np.sum([p.times for p in parts], axis=0) if parts else np.zeros(4)
-    bounds = [max(p.times[0], p.times[3]) for p in parts]
-    slowest = parts[int(np.argmax(bounds))].rows if parts else np.zeros((LEVELS, LEVEL_WIDTH))
-    levels_end = LEVELS * LEVEL_WIDTH
-    op_end = levels_end + len(_OP_NAMES)
-    shares = summed[op_end:]
     regions = sum(prod(s.size for s in outer) for s, outer in walk_scopes(program.body) if s.kind == "p")
     temporaries = sum(prod(b.storage_shape) * DTYPE_BYTES[b.dtype] for b in program.buffers
                       if not set(b.array_names) & {*program.inputs, *program.outputs} and b.location == "heap")
@@ -344,7 +355,17 @@ def features(program: Program, host: Host, moves: tuple[str, ...] | list[str] | 
         *shares,
         math.log1p(len(moves)) / 4,
         *(_seconds(t) for t in times),
-        _seconds(sum(bounds)),
+        _seconds(sum(p.bound_s for p in parts)),
+        math.log1p(max(0, len(parts) - SLOTS)) / 4,
     ]
-    return np.concatenate([summed[:levels_end], slowest.ravel(), summed[levels_end:op_end], program_part,
-                           _moves_part(tuple(moves))]).astype(np.float32)
+    slots = np.zeros((SLOTS, len(OP_NAMES)))
+    kept = sorted(parts, key=lambda p: p.bound_s, reverse=True)[:SLOTS]
+    for k, part in enumerate(kept):
+        slots[k] = part.row
+        slots[k, _WORK_SHARE] = part.weight / weights
+    return np.concatenate([program_part, _moves_part(tuple(moves)), slots.ravel()]).astype(np.float32)
+
+
+def op_rows(x: np.ndarray) -> np.ndarray:
+    """The operations' rows of feature vectors `x` (..., WIDTH): (..., SLOTS, len(OP_NAMES))."""
+    return x[..., len(SHARED_NAMES):].reshape(*x.shape[:-1], SLOTS, len(OP_NAMES))

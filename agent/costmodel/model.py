@@ -5,6 +5,13 @@
     model = model.refit(new_groups, steps=200)      # go on from its weights with new measurements
     model.save(path); CostModel.load(path)
 
+The network reads each operation's row of the features with the program's entries beside it and
+gives that operation's predicted log time; the program's score is the log of the sum of their
+exponentials, the log of the sum of its operations' predicted times, as Ansor's model sums its
+statements' (Zheng et al., OSDI 2020). With one vector a program, averaged over its operations, a
+move that made one of softmax's four nests eight times faster read as a speed-up of the whole,
+and a search guided by it played such moves from one nest after another.
+
 Scores are predicted log times up to a constant of each spec: only their differences within one
 spec (and target and machine) mean anything, and exp(a - b) is how many times slower the program
 of score a is predicted to be than that of score b. That is what the training asks of them: within
@@ -16,8 +23,8 @@ scale of the differences readable as a speed-up. Groups are drawn alike whatever
 log of a thousand evaluations does not drown one of thirty.
 
 Training takes torch; scoring does not: the network is a few matrix products in numpy, so the
-editor loads a model in milliseconds and scores a thousand programs in well under a millisecond
-once their features are computed.
+editor loads a model in milliseconds and scores a thousand programs in milliseconds once their
+features are computed.
 """
 
 from __future__ import annotations
@@ -34,11 +41,12 @@ from dojo_ir import Program
 from runner.files import write_atomically
 
 from .data import Group
-from .features import NAMES, WIDTH, Host, features
+from .features import NAMES, OP_NAMES, SHARED_NAMES, SLOTS, WIDTH, Host, features
 
 HIDDEN = (64,)
 SHIPPED = Path(__file__).with_name("trained") / "costmodel.npz"  # the model that comes with PerfDojo
-_FORMAT = "perfdojo-costmodel-1"
+_FORMAT = "perfdojo-costmodel-2"
+_ABSENT = -1e4  # an empty slot's output: nothing in a sum of exponentials, and no NaN when all are empty
 _NOISE = 0.05  # log time ratio under which a pair's order counts less than fully: the timer's noise
 
 
@@ -75,12 +83,14 @@ class CostModel:
 
     def score_features(self, x: np.ndarray) -> np.ndarray:
         """Scores of feature rows `x` (programs, WIDTH): lower = predicted faster."""
-        h = (np.asarray(x, dtype=np.float32) - self.mean) / self.scale
+        h = _inputs((np.asarray(x, dtype=np.float32) - self.mean) / self.scale)
         for k, (weight, bias) in enumerate(self.layers):
             h = h @ weight + bias
             if k < len(self.layers) - 1:
                 np.maximum(h, 0, out=h)
-        return h[:, 0].astype(np.float64)
+        per_op = np.where(_present(x), h[..., 0], _ABSENT)
+        top = per_op.max(axis=1, keepdims=True)
+        return (top[:, 0] + np.log(np.exp(per_op - top).sum(axis=1))).astype(np.float64)
 
     def score(self, programs: Sequence[Program], host: Host,
               moves: Sequence[Sequence[str] | None] | None = None) -> np.ndarray:
@@ -98,10 +108,9 @@ class CostModel:
         """A new model trained on `groups` (those with two programs or more)."""
         # the width is the data's: WIDTH for a model to save, more for an experiment with other inputs
         rows = np.concatenate([g.features for g in groups]) if groups else np.zeros((0, WIDTH), np.float32)
-        mean = rows.mean(axis=0) if len(rows) else np.zeros(rows.shape[1], np.float32)
-        scale = np.maximum(rows.std(axis=0), 1e-3) if len(rows) else np.ones(rows.shape[1], np.float32)
+        mean, scale = _scaling(rows)
         rng = np.random.default_rng(training.seed)
-        sizes = (rows.shape[1], *HIDDEN, 1)
+        sizes = (len(OP_NAMES) + len(SHARED_NAMES), *HIDDEN, 1)
         layers = tuple((rng.normal(0, np.sqrt(2 / a), (a, b)).astype(np.float32), np.zeros(b, np.float32))
                        for a, b in zip(sizes, sizes[1:], strict=False))
         start = cls(layers, mean.astype(np.float32), scale.astype(np.float32), {})
@@ -131,7 +140,9 @@ class CostModel:
 
         net = _torch_net(self.layers)
         optimiser = torch.optim.Adam(net.parameters(), lr=training.learning_rate, weight_decay=training.weight_decay)
-        x = torch.from_numpy(np.concatenate([(g.features - self.mean) / self.scale for g in usable]))
+        raw = np.concatenate([g.features for g in usable])
+        x = torch.from_numpy(_inputs((raw - self.mean) / self.scale))
+        present = torch.from_numpy(_present(raw))
         log_t = torch.from_numpy(np.concatenate([np.log(g.times_s) for g in usable])).float()
         starts = np.cumsum([0] + [len(g) for g in usable])[:-1]
         sizes = np.asarray([len(g) for g in usable])
@@ -141,7 +152,7 @@ class CostModel:
                                           replace=False), training.pairs)
             i = torch.from_numpy(starts[chosen] + rng.integers(0, sizes[chosen]))
             j = torch.from_numpy(starts[chosen] + rng.integers(0, sizes[chosen]))
-            ds, dt = (net(x[i]) - net(x[j])).squeeze(1), log_t[i] - log_t[j]
+            ds, dt = _torch_score(net, x[i], present[i]) - _torch_score(net, x[j], present[j]), log_t[i] - log_t[j]
             weight = (dt.abs() / _NOISE).clamp(max=1.0)
             faster = (dt < 0).float()  # i ran faster than j: its score should be lower
             ranknet = torch.nn.functional.binary_cross_entropy_with_logits(-ds, faster, weight=weight)
@@ -198,3 +209,40 @@ def _torch_net(layers: tuple[tuple[np.ndarray, np.ndarray], ...]):
         if k < len(layers) - 1:
             modules.append(torch.nn.ReLU())
     return torch.nn.Sequential(*modules)
+
+
+def _scaling(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each input's mean and scale: the program's entries over the programs, an operation's over the
+    operations present (whichever slot holds them), repeated for each slot."""
+    shared = len(SHARED_NAMES)
+    ops = rows[:, shared:].reshape(len(rows), SLOTS, len(OP_NAMES))
+    present = ops[..., 0] > 0.5
+    op_rows = ops[present] if present.any() else np.zeros((1, len(OP_NAMES)))
+    mean = np.concatenate([rows[:, :shared].mean(axis=0) if len(rows) else np.zeros(shared),
+                           np.tile(op_rows.mean(axis=0), SLOTS)])
+    scale = np.concatenate([rows[:, :shared].std(axis=0) if len(rows) else np.ones(shared),
+                            np.tile(op_rows.std(axis=0), SLOTS)])
+    return mean.astype(np.float32), np.maximum(scale, 1e-3).astype(np.float32)
+
+
+def _inputs(scaled: np.ndarray) -> np.ndarray:
+    """What the network reads of scaled feature rows (programs, WIDTH): for each slot, the operation's
+    entries followed by the program's (programs, SLOTS, inputs)."""
+    shared = len(SHARED_NAMES)
+    ops = scaled[:, shared:].reshape(len(scaled), SLOTS, len(OP_NAMES))
+    program = np.broadcast_to(scaled[:, None, :shared], (len(scaled), SLOTS, shared))
+    return np.concatenate([ops, program], axis=2).astype(np.float32)
+
+
+def _present(raw: np.ndarray) -> np.ndarray:
+    """Which slots of unscaled feature rows hold an operation (programs, SLOTS)."""
+    return np.asarray(raw)[:, len(SHARED_NAMES)::len(OP_NAMES)][:, :SLOTS] > 0.5
+
+
+def _torch_score(net, x, present):
+    """Scores of the network's inputs `x` (programs, SLOTS, inputs): the log of the sum over the
+    operations present of exp(the network's output), as `CostModel.score_features` computes it."""
+    import torch
+
+    per_op = net(x).squeeze(-1).masked_fill(~present, _ABSENT)
+    return torch.logsumexp(per_op, dim=1)

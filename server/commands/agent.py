@@ -16,6 +16,7 @@ from runner.files import write_atomically
 from runner.result import format_time
 
 from .shared import CommandError, add_runner_options, load_file, not_the_spec, runner_for, start
+from .tune import AGENT_CHECKPOINT_HELP
 
 
 def add_to(commands: argparse._SubParsersAction) -> None:
@@ -47,8 +48,7 @@ def add_to(commands: argparse._SubParsersAction) -> None:
     continue__ = agent_commands.add_parser("continue", help="play N of the agent's moves from FILE, measuring, "
                                            "and keep the best program")
     continue__.add_argument("file", metavar="FILE", help="a spec or a derived file (its moves are kept)")
-    continue__.add_argument("--checkpoint", metavar="DIR", help="what `dojo agent train` wrote (default: the "
-                            "agent shipped with PerfDojo)")
+    continue__.add_argument("--checkpoint", metavar="PATH", help=AGENT_CHECKPOINT_HELP)
     continue__.add_argument("--steps", type=int, default=10, metavar="N", help="moves to play (default: 10)")
     where = continue__.add_mutually_exclusive_group()
     where.add_argument("--write", action="store_true", help="rewrite FILE with the best program")
@@ -116,8 +116,8 @@ def _logs(paths: list[str]) -> list[Path]:
 
 def cmd_agent_continue(args: argparse.Namespace) -> int:
     from agent.evaluate import Evaluator
-    from agent.perfllm.checkpoint import SHIPPED
-    from agent.perfllm.play import Step, continue_
+    from agent.learned import continue_agent
+    from agent.perfllm.play import Step
     from runner.client import RunnerError
 
     program = load_file(args.file)
@@ -132,8 +132,9 @@ def cmd_agent_continue(args: argparse.Namespace) -> int:
     try:
         with runner_for(args) as runner:
             evaluator = Evaluator(spec, prefix=prefix, runner=runner, target=args.target)
-            result = continue_(evaluator.start, Path(args.checkpoint) if args.checkpoint else SHIPPED, args.steps,
-                               evaluator, target=args.target, on_step=step)
+            result = continue_agent(evaluator.start, args.steps, evaluator,
+                                    checkpoint=Path(args.checkpoint) if args.checkpoint else None,
+                                    target=args.target, prefix=prefix, on_step=step)
     except (ValueError, FileNotFoundError, RunnerError) as error:
         raise CommandError(f"dojo agent continue: error: {error}") from None
     if not result.moves:  # the file itself was the best program met: nothing to rewrite

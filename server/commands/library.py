@@ -10,7 +10,7 @@ from pathlib import Path
 from runner.measure import MIN_TIME_S
 
 from .shared import CommandError, add_runner_options, runner_for
-from .tune import add_method_options
+from .tune import AGENT_CHECKPOINT_HELP, add_method_options
 
 
 def add_to(commands: argparse._SubParsersAction) -> None:
@@ -34,7 +34,7 @@ def add_to(commands: argparse._SubParsersAction) -> None:
     build_.add_argument("--time-limit", type=float, metavar="S", help="stop each kernel's search after S seconds")
     build_.add_argument("--min-time", type=float, default=MIN_TIME_S, metavar="S",
                         help=f"time the finalists of each kernel for at least S seconds (default: {MIN_TIME_S:g})")
-    build_.add_argument("--checkpoint", metavar="DIR", help="the learned agent's (--method agent)")
+    build_.add_argument("--checkpoint", metavar="PATH", help=AGENT_CHECKPOINT_HELP)
     build_.add_argument("--peers", nargs="*", metavar="PEER", help="also time the peers (libgen/peers) on each "
                         "library kernel (default: numpy torch torch.compile onnxruntime)")
     build_.add_argument("--ray", metavar="auto|local|ADDRESS", help="tune on a Ray cluster: a running one (auto "

@@ -11,7 +11,7 @@ from pathlib import Path
 from agent.methods import GRAPH, GRAPHS, METHODS
 
 from .shared import CommandError, add_input_shape_option, input_shapes
-from .tune import GRAPH_HELP
+from .tune import AGENT_CHECKPOINT_HELP, GRAPH_HELP
 
 BAR = 24
 
@@ -28,7 +28,7 @@ def add_tune_parser(model_commands: argparse._SubParsersAction) -> None:
     tune.add_argument("--method", default="sa", choices=METHODS, help="how each kernel is searched (default: sa)")
     tune.add_argument("--graph", default=GRAPH, choices=GRAPHS, help=GRAPH_HELP)
     tune.add_argument("--seed", type=int, default=0, metavar="S")
-    tune.add_argument("--checkpoint", metavar="DIR", help="the learned agent's (--method agent)")
+    tune.add_argument("--checkpoint", metavar="PATH", help=AGENT_CHECKPOINT_HELP)
     tune.add_argument("--fuse", action="store_true", help="the model as `dojo import --fuse` imports it")
     add_input_shape_option(tune)
     tune.add_argument("--round", type=int, default=8, metavar="N", help="evaluations a kernel gets at a time "

@@ -21,6 +21,9 @@ GRAPH_HELP = (f"the graph random and sa search: {GRAPH} (default), whole candida
               "heuristics propose, far better within a small budget; or edges, one legal move at a time, the "
               "uninformed game (for research, and what the agent plays)")
 
+AGENT_CHECKPOINT_HELP = ("the learned agent (--method agent): a cost model's file (.npz, `dojo costmodel train`) or a "
+                         "PerfLLM checkpoint (`dojo agent train`); default: the cost model shipped with PerfDojo")
+
 
 def add_method_options(parser: argparse.ArgumentParser) -> None:
     """--method, --graph and --seed: how a command tunes (`dojo tune`, `dojo library build`)."""
@@ -33,8 +36,7 @@ def add_to(commands: argparse._SubParsersAction) -> None:
     tune_ = commands.add_parser("tune", help="optimise a kernel with a pass or a search, timing every candidate")
     tune_.add_argument("file", metavar="FILE", help="the spec (or a derived file: its moves are kept as a prefix)")
     add_method_options(tune_)
-    tune_.add_argument("--checkpoint", metavar="DIR", help="the learned agent's (--method agent): what "
-                       "`dojo agent train` wrote (default: the agent shipped with PerfDojo)")
+    tune_.add_argument("--checkpoint", metavar="PATH", help=AGENT_CHECKPOINT_HELP)
     tune_.add_argument("--budget", type=int, default=100, metavar="N",
                        help="evaluations after the spec's (default: 100)")
     tune_.add_argument("--time-limit", type=float, metavar="S", help="stop searching after S seconds")

@@ -31,7 +31,7 @@ class Settings:
     repetitions: int = 10  # timed repetitions of `dojo.benchmark` (the runner adds more to fill a second)
     measure_automatically: bool = True  # measure in the background for the inlay hint
     tune_budget: int = 100  # evaluations of `dojo.tune` when the command does not say
-    agent_checkpoint: str = ""  # what `dojo agent train` wrote, for `dojo.agent.continue` (the user's)
+    agent_checkpoint: str = ""  # a cost model or what `dojo agent train` wrote, for `dojo.agent.continue` (the user's)
     agent_steps: int = 10  # moves of `dojo.agent.continue` when the command does not say
     rank_quick_fixes: bool = True  # order the quick-fixes by the cost model's predicted speed-up
 
@@ -50,7 +50,7 @@ _KEYS = {
     "measure.automatic": ("measure_automatically", lambda v: isinstance(v, bool), "true or false"),
     "tune.budget": ("tune_budget", lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 100_000,
                     "an integer from 1 to 100000"),
-    "agent.checkpoint": ("agent_checkpoint", lambda v: isinstance(v, str), "a directory or an empty string"),
+    "agent.checkpoint": ("agent_checkpoint", lambda v: isinstance(v, str), "a file, a directory or an empty string"),
     "agent.steps": ("agent_steps", lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 10_000,
                     "an integer from 1 to 10000"),
     "agent.rankQuickFixes": ("rank_quick_fixes", lambda v: isinstance(v, bool), "true or false"),

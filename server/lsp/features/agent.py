@@ -2,9 +2,9 @@
 kernel, measuring each, and the best program it met is applied as one
 versioned edit that records its moves.
 
-The agent (agent.perfllm) is the one trained in the command's `checkpoint`
-or else the `dojo.agent.checkpoint` directory (`dojo agent train`), or the one
-shipped with PerfDojo when that is empty; it plays in a worker thread, and progress
+The agent (`agent.learned`) is the one of the command's `checkpoint` or else
+of `dojo.agent.checkpoint` (a cost model's `.npz` or what `dojo agent train`
+wrote), or the cost model shipped with PerfDojo when that is empty; it plays in a worker thread, and progress
 reports each move with its time. Cancelling stops it before its next move
 and keeps the best program met until then. As for `dojo.tune`, the edit is
 for the version the game started from, so the editor refuses it if the
@@ -79,15 +79,15 @@ def _play(settings: Settings, program: Program, checkpoint: Path | None, steps: 
           should_stop: Callable[[], bool]) -> PlayResult | str:
     """The agent's game (agent.perfllm.continue_) measured by the configured runner, or why it
     could not start (a missing or foreign checkpoint, an unreachable runner)."""
-    from agent.evaluate import Evaluator  # torch and the embedding model load when first asked for
-    from agent.perfllm.checkpoint import SHIPPED
-    from agent.perfllm.play import continue_
+    from agent.evaluate import Evaluator  # torch loads when first asked for
+    from agent.learned import continue_agent
     from runner.client import RunnerError
 
     try:
         with open_runner(settings) as runner:
             evaluator = Evaluator(program, runner=runner, target=settings.target)
-            return continue_(evaluator.start, checkpoint or SHIPPED, steps, evaluator, target=settings.target,
-                             on_step=on_step, should_stop=should_stop)
+            prefix = program.derivation.moves if program.derivation else ()
+            return continue_agent(evaluator.start, steps, evaluator, checkpoint=checkpoint, target=settings.target,
+                                  prefix=prefix, on_step=on_step, should_stop=should_stop)
     except (FileNotFoundError, ValueError, RunnerError) as error:
         return f"the agent cannot play: {error}"

@@ -1,0 +1,80 @@
+"""The ranked searches (agent/costmodel/search.py): candidates ranked by the cost model, only the best few
+and one at random measured a batch, the model refit on what was measured, every move legal, the best
+program met kept, the budget respected."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from test_agent_search import FakeRunner
+
+from agent.costmodel.features import Host
+from agent.costmodel.model import SHIPPED, CostModel
+from agent.costmodel.search import Ranked, continue_ranked, search_ranked
+from agent.evaluate import Evaluator, replay_moves, text_hash
+from agent.perfllm.game import kind
+from dojo_ir import load
+from dojo_ir.library import KERNELS
+from dojo_ir.paths import without_comments
+
+HOST = Host(peak_flops=4e11, bandwidth_Bps=2e10, cores=2, vector_bytes=64, l1d=48 << 10, l2=2 << 20, l3=32 << 20)
+SPEC = without_comments(load(KERNELS["softmax"].small()))
+MODEL = CostModel.load(SHIPPED)
+
+
+class Paying:
+    """A cost of the moves: each vector or parallel scope halves the time, anything else costs 1%.
+    It counts its calls and the programs' moves it was asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, ...]] = []
+
+    def __call__(self, moves: list[str]) -> float:
+        self.asked.append(tuple(moves))
+        return self.time(moves)
+
+    @staticmethod
+    def time(moves) -> float:
+        paying = sum(kind(m) in ("vectorize_scope", "parallelize_scope") for m in moves)
+        return 1e-3 * 0.5 ** paying * 1.01 ** (len(moves) - paying)
+
+
+def test_each_step_measures_a_batch_and_plays_one_of_its_moves_all_legal() -> None:
+    cost, ranked = Paying(), Ranked(measure=2, explore=1, refit_steps=5)
+    result = continue_ranked(SPEC, MODEL, HOST, 4, cost, ranked=ranked)
+    assert result.ended == "steps" and len(result.steps) == 4
+    assert len(cost.asked) <= 1 + 4 * (ranked.measure + ranked.explore)  # the start, then the batches
+    played = [s.move for s in result.steps]
+    program, applied = replay_moves(SPEC, played)
+    assert applied == played  # every move was legal where it was played
+    # a step plays one of the programs its batch measured, one move on from the last
+    assert all(tuple(played[:k + 1]) in cost.asked for k in range(len(played)))
+    assert result.time_s == min(Paying.time(m) for m in cost.asked)  # the best program met
+
+
+def test_a_search_spends_its_budget_once_on_each_program_and_keeps_the_best() -> None:
+    runner = FakeRunner()
+    evaluator = Evaluator(SPEC, runner=runner, budget=12)
+    result = search_ranked(evaluator.start, MODEL, HOST, evaluator, ranked=Ranked(refit_steps=5))
+    assert result.ended == "budget" and evaluator.evaluations == 12 and len(result.steps) == 12
+    assert len(runner.calls) == 13 == len(set(runner.calls))  # the start and twelve others, none twice
+    assert result.time_s == min(s.time_s for s in result.steps if s.time_s is not None) <= result.start_s
+    program, applied = replay_moves(SPEC, result.moves)
+    assert applied == result.moves and text_hash(program) == text_hash(result.program)
+
+
+def test_refitting_on_what_was_measured_finds_what_pays_on_this_kernel() -> None:
+    """With the same model, budget and seeds, refitting after each batch reaches faster programs than not
+    refitting: the batches after the first are ranked by a model that has seen this kernel's times."""
+    def log_time(refit_steps: int) -> float:
+        ranked = Ranked(refit_steps=refit_steps, refit_after=2)
+        return sum(math.log(search_ranked(SPEC, MODEL, HOST, Paying(), ranked=ranked, steps=24, seed=seed).time_s)
+                   for seed in range(3))
+
+    assert log_time(60) < log_time(0) - math.log(2)
+
+
+def test_the_start_must_run() -> None:
+    with pytest.raises(ValueError, match="no time to measure against"):
+        continue_ranked(SPEC, MODEL, HOST, 2, lambda moves: math.inf)
