@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Data: {len(groups)} evaluation logs ({', '.join(args.logs)}), {programs:,} programs that ran, "
         f"{len({g.spec_hash for g in groups})} specs of {len({g.name for g in groups})} kernels; read and "
         f"featurised in {read_s:.0f} s ({1e3 * read_s / programs:.1f} ms a program, replaying its moves "
-        "included). The logs were measured on a Zen 4 (AMD EPYC, AVX-512, 2 cores). Held out by spec: "
+        "included). A log is one run on one machine (those in the repository were measured on a Zen 4, "
+        "AMD EPYC with AVX-512, 2 cores; `make agent`'s in build/agent on the machine that ran it). Held out by spec: "
         f"{args.folds} folds of the specs; by kernel: {args.folds} folds of the kernels' names (no shape "
         f"of a held-out kernel seen). Means over groups, then over {args.seeds} splits.",
         "",
