@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from codegen.targets import get_target
 from dojo_ir import Program
@@ -24,13 +25,17 @@ from .evaluate import Evaluator
 from .perfllm.game import Cost
 from .perfllm.play import PlayResult, Step
 
+if TYPE_CHECKING:
+    from .costmodel.features import Host
+    from .costmodel.model import CostModel
+
 
 def is_cost_model(checkpoint: Path | None) -> bool:
     """Whether `checkpoint` names a cost model (None: the shipped one) rather than a PerfLLM agent."""
     return checkpoint is None or checkpoint.suffix == ".npz"
 
 
-def _model_and_host(checkpoint: Path | None, target: str):
+def _model_and_host(checkpoint: Path | None, target: str) -> tuple[CostModel, Host]:
     from .costmodel.features import Host
     from .costmodel.model import SHIPPED, CostModel, CostModelError
 

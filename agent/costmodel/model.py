@@ -41,7 +41,7 @@ from dojo_ir import Program
 from runner.files import write_atomically
 
 from .data import Group
-from .features import NAMES, OP_NAMES, SHARED_NAMES, SLOTS, WIDTH, Host, features
+from .features import NAMES, OP_NAMES, SHARED_NAMES, SLOTS, WIDTH, Host, features, op_rows
 
 HIDDEN = (64,)
 SHIPPED = Path(__file__).with_name("trained") / "costmodel.npz"  # the model that comes with PerfDojo
@@ -215,13 +215,13 @@ def _scaling(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each input's mean and scale: the program's entries over the programs, an operation's over the
     operations present (whichever slot holds them), repeated for each slot."""
     shared = len(SHARED_NAMES)
-    ops = rows[:, shared:].reshape(len(rows), SLOTS, len(OP_NAMES))
+    ops = op_rows(rows)
     present = ops[..., 0] > 0.5
-    op_rows = ops[present] if present.any() else np.zeros((1, len(OP_NAMES)))
+    op_values = ops[present] if present.any() else np.zeros((1, len(OP_NAMES)))
     mean = np.concatenate([rows[:, :shared].mean(axis=0) if len(rows) else np.zeros(shared),
-                           np.tile(op_rows.mean(axis=0), SLOTS)])
+                           np.tile(op_values.mean(axis=0), SLOTS)])
     scale = np.concatenate([rows[:, :shared].std(axis=0) if len(rows) else np.ones(shared),
-                            np.tile(op_rows.std(axis=0), SLOTS)])
+                            np.tile(op_values.std(axis=0), SLOTS)])
     return mean.astype(np.float32), np.maximum(scale, 1e-3).astype(np.float32)
 
 
@@ -229,14 +229,13 @@ def _inputs(scaled: np.ndarray) -> np.ndarray:
     """What the network reads of scaled feature rows (programs, WIDTH): for each slot, the operation's
     entries followed by the program's (programs, SLOTS, inputs)."""
     shared = len(SHARED_NAMES)
-    ops = scaled[:, shared:].reshape(len(scaled), SLOTS, len(OP_NAMES))
     program = np.broadcast_to(scaled[:, None, :shared], (len(scaled), SLOTS, shared))
-    return np.concatenate([ops, program], axis=2).astype(np.float32)
+    return np.concatenate([op_rows(scaled), program], axis=2).astype(np.float32)
 
 
 def _present(raw: np.ndarray) -> np.ndarray:
     """Which slots of unscaled feature rows hold an operation (programs, SLOTS)."""
-    return np.asarray(raw)[:, len(SHARED_NAMES)::len(OP_NAMES)][:, :SLOTS] > 0.5
+    return op_rows(np.asarray(raw))[..., 0] > 0.5
 
 
 def _torch_score(net, x, present):

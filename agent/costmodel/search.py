@@ -89,8 +89,17 @@ class _Game:
         self.prefix = tuple(prefix)
         self.rng = random.Random(seed)
         self.met: set[str] = {text_hash(self.costs.start)}
-        self.measured: list[tuple[tuple[str, ...], Program, float]] = []
+        self.measured: list[tuple[tuple[str, ...], Program, float]] = []  # the programs that ran
+        self.rows: list[np.ndarray] = []  # their features, when the search refits
         self.kinds_measured: set[str] = set()
+        self.start_cost = self.costs.start_cost()
+        self._ran((), self.costs.start, self.start_cost)
+        self.best = (self.start_cost, self.costs.start, ())
+
+    def _ran(self, moves: tuple[str, ...], program: Program, cost: float) -> None:
+        self.measured.append((moves, program, cost))
+        if self.ranked.refit_steps > 0:
+            self.rows.append(self.features(moves, program))
 
     def features(self, moves: tuple[str, ...], program: Program) -> np.ndarray:
         return features(program, self.host, self.prefix + moves)
@@ -164,14 +173,18 @@ class _Game:
         self.met.add(text_hash(candidate.program))
         self.kinds_measured.add(kind(candidate.moves[-1]))
         if not math.isinf(cost):
-            self.measured.append((candidate.moves, candidate.program, cost))
+            self._ran(candidate.moves, candidate.program, cost)
+        self.best = min(self.best, (cost, candidate.program, candidate.moves), key=lambda b: b[0])
         return cost
+
+    def result(self, steps: list[Step], ended: str) -> PlayResult:
+        cost, program, moves = self.best
+        return PlayResult(program, list(moves), cost, self.start_cost, steps, ended)
 
     def refit(self) -> None:
         if self.ranked.refit_steps <= 0 or len(self.measured) < max(2, self.ranked.refit_after):
             return
-        group = Group("search", "", "", "", "", tuple(m for m, _, _ in self.measured),
-                      np.stack([self.features(m, p) for m, p, _ in self.measured]),
+        group = Group("search", "", "", "", "", tuple(m for m, _, _ in self.measured), np.stack(self.rows),
                       np.asarray([t for _, _, t in self.measured]))
         self.model = self.model.refit([group], Training(steps=self.ranked.refit_steps, groups_per_step=1,
                                                         seed=len(self.measured)))
@@ -185,12 +198,7 @@ def continue_ranked(program: Program, model: CostModel, host: Host, steps: int, 
     derivation that made `program`, which the model reads with the moves after it. Every step is
     the move played and its measured time; the result is the best program met."""
     game = _Game(program, model, host, evaluate, target, prefix, ranked, seed)
-    start_cost = game.costs([], game.costs.start)
-    if math.isinf(start_cost):
-        raise ValueError("the starting program failed or did not verify, so it has no time to measure against")
-    game.measured.append(((), game.costs.start, start_cost))
     current: _Reached = ((), game.costs.start)
-    best = (start_cost, game.costs.start, ())
     played: list[Step] = []
     ended = "steps"
     while len(played) < steps:
@@ -216,14 +224,13 @@ def continue_ranked(program: Program, model: CostModel, host: Host, steps: int, 
         fastest = min(t for _, t in ran)
         chosen, cost = min(((c, t) for c, t in ran if t <= fastest * (1 + NOISE)), key=lambda ct: ct[0].value)
         current = (chosen.moves, chosen.program)
-        best = min(best, (cost, chosen.program, chosen.moves), key=lambda b: b[0])
-        played.append(Step(len(played) + 1, chosen.moves[-1], cost, start_cost / cost, best[0]))
+        played.append(Step(len(played) + 1, chosen.moves[-1], cost, game.start_cost / cost, game.best[0]))
         if on_step is not None:
             on_step(played[-1])
         if ended == "budget":
             break
         game.refit()
-    return PlayResult(best[1], list(best[2]), best[0], start_cost, played, ended)
+    return game.result(played, ended)
 
 
 def search_ranked(program: Program, model: CostModel, host: Host, evaluate: Evaluator | Cost, *,
@@ -234,11 +241,6 @@ def search_ranked(program: Program, model: CostModel, host: Host, evaluate: Eval
     measurements, the evaluator's budget, `should_stop()` or no unmet program is left; the result is
     the best program met."""
     game = _Game(program, model, host, evaluate, target, prefix, ranked, seed)
-    start_cost = game.costs([], game.costs.start)
-    if math.isinf(start_cost):
-        raise ValueError("the starting program failed or did not verify, so it has no time to measure against")
-    game.measured.append(((), game.costs.start, start_cost))
-    best = (start_cost, game.costs.start, ())
     taken: list[Step] = []
     ended = "steps"
     while steps is None or len(taken) < steps:
@@ -255,13 +257,12 @@ def search_ranked(program: Program, model: CostModel, host: Host, evaluate: Eval
                 if (steps is not None and len(taken) >= steps) or (should_stop is not None and should_stop()):
                     break
                 cost = game.measure(candidate)
-                best = min(best, (cost, candidate.program, candidate.moves), key=lambda b: b[0])
                 taken.append(Step(len(taken) + 1, candidate.moves[-1], None if math.isinf(cost) else cost,
-                                  start_cost / cost, best[0]))
+                                  game.start_cost / cost, game.best[0]))
                 if on_step is not None:
                     on_step(taken[-1])
         except BudgetExhausted:
             ended = "budget"
             break
         game.refit()
-    return PlayResult(best[1], list(best[2]), best[0], start_cost, taken, ended)
+    return game.result(taken, ended)

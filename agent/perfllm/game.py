@@ -57,6 +57,13 @@ class Costs:
         self.evaluate = evaluate
         self._cache: dict[str, float] = {}
 
+    def start_cost(self) -> float:
+        """The start's time; ValueError when it failed or did not verify (a game has nothing to beat)."""
+        cost = self([], self.start)
+        if math.isinf(cost):
+            raise ValueError("the starting program failed or did not verify, so it has no time to measure against")
+        return cost
+
     def __call__(self, moves: Sequence[str], program: Program) -> float:
         """Seconds for `program`, which `moves` make from the start; +inf when it failed."""
         if isinstance(self.evaluate, Evaluator):

@@ -93,9 +93,7 @@ def play(learner: Learner, embedder: Embedding, costs: Costs, *, max_steps: int,
     `may_stop=False` the agent plays on until `max_steps` or a dead end, whatever it thinks of
     stopping."""
     program, moves = costs.start, ()
-    start_cost = costs([], program)
-    if math.isinf(start_cost):
-        raise ValueError("the starting program failed or did not verify, so it has no time to measure against")
+    start_cost = costs.start_cost()
     best = (start_cost, program, moves)
     met = {text_hash(program)}
     steps: list[Step] = []

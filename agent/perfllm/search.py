@@ -88,9 +88,7 @@ def search(program: Program, checkpoint: Path, evaluate: Evaluator | Cost, *, st
     costs = Costs(program, evaluate)
     rng = random.Random(seed)
     buffer = ReplayBuffer(learner.config.replay_capacity, seed) if learn else None
-    start_cost = costs([], costs.start)
-    if math.isinf(start_cost):
-        raise ValueError("the starting program failed or did not verify, so it has no time to measure against")
+    start_cost = costs.start_cost()
     start = observe(costs.start, embedder, target)
     pool = [_Member((), start_cost, start)]
     met = {start.state}
