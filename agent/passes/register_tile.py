@@ -14,6 +14,7 @@ from runner.roofline import measured_machine
 from ..blocking import reduction_outside_columns
 from . import vectorization
 from .state import (
+    BALANCED_ITERATIONS,
     STACK_BYTES,
     STREAMED_LOAD_COST,
     TAIL_COST,
@@ -134,7 +135,11 @@ def _block(state: State, label: str, target: Target) -> bool:
         return True  # vectorised, and no tile of accumulators to keep in registers
     row, longest = rows[-1], _leading_part(op, chain, reductions, max(reductions, key=lambda d: chain[d].size))
     outer = [chain[d].size for d in range(n - 1) if roles[d].startswith("s") and d != row and d not in reductions]
-    sharing = 1 if any(balanced(size, target.cores) for size in outer if size > 1) else target.cores
+    # the cores share the tile's column blocks only where the parallel pass reaches them: no scope
+    # outside balances and those scopes run few times (parallelization._balanced_first); 7 blocks
+    # of channels by 7 rows run the outermost, and a tile cut to share the columns only starves
+    sharing = target.cores if not any(balanced(size, target.cores) for size in outer if size > 1) \
+        and prod(outer) <= BALANCED_ITERATIONS * target.cores else 1
     r, w = tile_shape(chain[row].size, chain[n - 2].size if split else 1, target.vector_registers, per_vector,
                       sharing, fma_in_flight(target))
     panel_row = w * chain[-1].size * op_bytes(state.program, op)  # one step's vectors of the streamed operand

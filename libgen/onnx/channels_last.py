@@ -58,12 +58,15 @@ PADDING = 8  # when the zero channels that fill its last block are at most 1/PAD
 LONG_ROW = 64  # output positions along a row from which the direct form's vectors are full: it keeps them
 SHORT_ROW = 16  # and under which even a group of channels that no block divides does better here
 IMAGE_CHANNELS = 4  # input channels of a model's stem, at most (an image's 3): this form at every row length
-STEM_TAPS = 9  # for a stem whose window has at most this many taps (3x3); a 7x7 stem's stays direct
+# for a stem whose window has at most this many taps (3x3); a larger one (7x7) only when no window along
+# the channels reads its output (Node.rows_read): ResNet-50's 7x7 stem took 0.9 ms so against 1.0 ms
+# direct, the model 33.0 against 34.2 ms; ZFNet-512's, whose LRN reads it in rows, 5% slower so
+STEM_TAPS = 9
 ROW_BYTES = 16 * 1024  # a row of the output over its channels, at most, to loop over rows outside (half an L1)
 DERIVED_SUFFIX = ".channels_last"  # of the blocked weights' name: blocked.py finds such products by it
 
 
-def fits(w: Value, group: int, win: Window) -> bool:
+def fits(w: Value, group: int, win: Window, rows_read: bool = False) -> bool:
     """Whether the Conv by `w` in `group` groups over `win` is computed this way: constant weights
     (blocked at import), enough output channels per group to fill vectors, and either an image's
     few input channels (a stem), or output rows short enough that the direct form's vectors along
@@ -79,14 +82,14 @@ def fits(w: Value, group: int, win: Window) -> bool:
     with rows of 55 and 56 and the stem this way as well, SqueezeNet ran 1.12x and ResNet-50 1.04x
     faster (`--fuse`, the same process, alternating rounds), SqueezeNet's 3x3 stem and its 3x3
     stride 2 MaxPool reading whole vectors of channels where the direct form's pool gathers every
-    other column. Rows of 112 and 224 stay direct, and so does a 7x7 stem (ZFNet-512's: 6% slower
-    this way, its output then written back to rows for the LRN after it) or one whose channels
+    other column. Rows of 112 and 224 stay direct, and so does a 7x7 stem whose output an LRN reads
+    (`rows_read`: ZFNet-512's, 6% slower this way, written back to rows for the LRN) or one whose channels
     make blocks narrower than a vector (ShuffleNet ran 6% slower with its stem of 24 in blocks of 8
     taken, even without)."""
     per_out, row = w.shape[0] // group, win.outputs[-1]
     if w.constant is None or w.rank < 3 or per_out < MIN_CHANNELS:
         return False
-    return (group == 1 and w.shape[1] <= IMAGE_CHANNELS and math.prod(win.kernel) <= STEM_TAPS
+    return (group == 1 and w.shape[1] <= IMAGE_CHANNELS and (math.prod(win.kernel) <= STEM_TAPS or not rows_read)
             and block(per_out) in PADDED_BLOCKS) \
         or (row < LONG_ROW and (block(per_out) in BLOCKS or row < SHORT_ROW))
 

@@ -31,7 +31,11 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from .nodes import ACCESS, LINE, Array, Kernel, Node, Value, broadcast, loops
+from dojo_ir.affine import NotAffine, affine
+from dojo_ir.fastparse import fast_line
+from dojo_ir.tree import Access
+
+from .nodes import ACCESS, LINE, Array, Kernel, Nest, Node, Value, broadcast, loops
 
 ELEMENTWISE = frozenset({
     "Abs", "Add", "Cast", "CastLike", "Celu", "Clip", "Div", "Elu", "Erf", "Exp", "Gelu", "HardSigmoid", "HardSwish",
@@ -253,7 +257,8 @@ def join(members: Sequence[tuple[Node, Kernel]], needed: Collection[str]) -> Ker
         fused.lines.extend(ACCESS.sub(lambda m, r=renamed: f"{r[m.group(1)]}[", line) for line in kernel.lines)
     while any(_fold(fused, temporary) for temporary in list(fused.temporaries)):
         pass  # again: a product's result, having become a bias's sum, may be the next Add's operand
-    while any(_inline(fused, temporary) or _push(fused, temporary) for temporary in list(fused.temporaries)) \
+    while any(_inline(fused, temporary) or _push(fused, temporary) or _into_padding(fused, temporary)
+              for temporary in list(fused.temporaries)) \
             or any(_in_place(fused, temporary) for temporary in list(fused.temporaries)):
         pass  # again: a value read by several lines that have become one is written into it too; a
         # line written into the one after it (a Relu into a pool's reads) saves a pass, in place none
@@ -431,6 +436,66 @@ def _push(kernel: Kernel, temporary: Array) -> bool:
     del kernel.lines[found.reader]
     kernel.temporaries.remove(temporary)
     return True
+
+
+def _into_padding(kernel: Kernel, temporary: Array) -> bool:
+    """Write `temporary` t straight into the padded array z that the one line reading it copies it
+    into, `z[i + o] = t[i]` (a Relu's output into its MaxPool's padded input): each plain line that
+    writes t writes z at the offsets o, the copy goes, and z's fills between (its border) move to
+    the kernel's start. Where `_inline` cannot write t's expression into the copy, t being written
+    in parts (a convolution's write-back from blocks of channels): ResNet-50's stem with its
+    channels as lanes, 1076 -> 892 us on an AVX-512 Xeon, a pass over 3.2 MB less. Only when
+    nothing before the copy but those fills touches z, and no writer of t reads t. Whether it did."""
+    lines = [LINE.fullmatch(text) for text in kernel.lines]
+    if None in lines:
+        return False
+    writers = [i for i, line in enumerate(lines) if line["array"] == temporary.name]
+    readers = [i for i, line in enumerate(lines) if _reads(line["expression"], temporary.name)]
+    if not writers or len(readers) != 1 or readers[0] <= writers[-1]:
+        return False
+    r = readers[0]
+    padded = next((a for a in kernel.temporaries if a.name == lines[r]["array"]), None)
+    offsets = _copy_offsets(lines[r], temporary, padded)
+    if offsets is None or any(lines[w]["assign"] != "=" for w in writers):
+        return False
+    fills = [i for i in range(r) if lines[i]["array"] == padded.name]
+    if any(i < writers[0] or ACCESS.search(lines[i]["expression"]) for i in fills) \
+            or any(_reads(lines[i]["expression"], padded.name) for i in range(r)):
+        return False
+    for w in writers:
+        line = lines[w]
+        indices = [f"{index}+{offset}" if offset else index for index, offset in zip(
+            _indices(line["indices"]), offsets, strict=True)]
+        kernel.lines[w] = f"{line['sizes']}{padded.name}[{','.join(indices)}] = {line['expression']}"
+    kernel.lines[:] = [kernel.lines[i] for i in fills] + [text for i, text in enumerate(kernel.lines)
+                                                          if i != r and i not in fills]
+    kernel.temporaries.remove(temporary)
+    return True
+
+
+def _copy_offsets(line: re.Match, temporary: Array, padded: Array | None) -> list[int] | None:
+    """The constant offsets o of a plain line `z[i + o] = t[i]` that copies `temporary` t whole into
+    the temporary `padded` z of its rank and dtype; None when the line is not one."""
+    if padded is None or line["assign"] != "=" or len(padded.shape) != len(temporary.shape) \
+            or padded.dtype != temporary.dtype:
+        return None
+    nest = Nest()  # the line's loops, as Kernel.loop writes one over t's shape
+    read = nest.all(temporary.shape)
+    if line["expression"] != f"{temporary.name}[{','.join(read)}]" or list(_sizes(line)) != nest.sizes:
+        return None
+    body = fast_line(line.string, 1, "body")
+    if body is None or not isinstance(body.op.value, Access):
+        return None
+    offsets = []
+    for source, target in zip(body.op.value.index, body.op.target.index, strict=True):
+        try:
+            shift = affine(target) - affine(source)
+        except NotAffine:
+            return None
+        if shift.terms:
+            return None
+        offsets.append(shift.const)
+    return offsets
 
 
 def _reads(expression: str, array: str) -> bool:

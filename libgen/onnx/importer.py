@@ -39,7 +39,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +53,10 @@ from runner.files import write_arrays, write_atomically
 
 from ..kernels import RESERVED
 from . import limits
-from .blocked import blocked_groups
+from .blocked import ACROSS_CHANNELS, blocked_groups
 from .catalogue import FOLDED, NOT_EXPRESSIBLE, kernel_for
 from .conv_fold import FOLDED_OPS, fold_into_conv
-from .fuse import fuse_graph
+from .fuse import FUSABLE, fuse_graph
 from .model_file import ModelError, load_model
 from .nodes import DTYPES, Derived, Kernel, Node, Unsupported, Value, fresh_name, identifier
 from .reads import used_names
@@ -310,7 +310,7 @@ def _loose_value(name: str, tensors: Mapping[str, Tensor], constants: Mapping[st
 
 
 def _kernel(node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[str, Tensor],
-            constants: Mapping[str, np.ndarray]) -> tuple[Node, Kernel | Unsupported]:
+            constants: Mapping[str, np.ndarray], rows_read: bool = False) -> tuple[Node, Kernel | Unsupported]:
     """The catalogue's node and its kernel, or why it has none. The operator's own reason comes
     before its shapes': an Equal is refused for comparing, not for its boolean output."""
     try:
@@ -318,10 +318,21 @@ def _kernel(node: onnx.NodeProto, name: str, opset: int, tensors: Mapping[str, T
             raise Unsupported("not written", f"operator {node.op_type} of domain `{node.domain}`")
         if node.op_type in NOT_EXPRESSIBLE or node.op_type not in OPERATORS:
             kernel_for(_loose_node(node, name, opset, tensors, constants))  # the operator's reason, before shapes
-        full = _node(node, name, opset, lambda n: _value(n, tensors, constants))
+        full = replace(_node(node, name, opset, lambda n: _value(n, tensors, constants)), rows_read=rows_read)
         return full, _checked(kernel_for, full)
     except Unsupported as why:
         return _loose_node(node, name, opset, tensors, constants), why
+
+
+def _read_in_rows(graph: onnx.GraphProto) -> set[str]:
+    """The values that a window along the channels (blocked.ACROSS_CHANNELS: an LRN) reads, directly
+    or through the elementwise nodes and pools (fuse.FUSABLE) between: those stay in the graph's
+    layout whatever the kernel writing them (Node.rows_read)."""
+    read: set[str] = set()
+    for node in reversed(graph.node):
+        if node.op_type in ACROSS_CHANNELS or node.op_type in FUSABLE and read.intersection(node.output):
+            read.update(n for n in node.input if n)
+    return read
 
 
 def _node(node: onnx.NodeProto, name: str, opset: int, value: Callable[[str], Value]) -> Node:
@@ -460,6 +471,7 @@ class GraphImporter:
         self.values = {*self.tensors, *(n for node in self.graph.node for n in (*node.input, *node.output))}
         self.around = _select_graph(self.tensors, self.constants)
         self.computes: dict[str, set[str]] = {}  # a select's node -> the boolean nodes its kernel computes
+        self.rows_read = _read_in_rows(self.graph)
 
     def visit(self, onnx_node: onnx.NodeProto, node_name: str) -> None:
         """Import the graph's next node: folded into constants or into the product before it, a
@@ -480,7 +492,8 @@ class GraphImporter:
         if default and selects(onnx_node, self.around):
             node, result = self._select(onnx_node, node_name)
         else:
-            node, result = _kernel(onnx_node, node_name, self.opset, self.tensors, self.constants)
+            node, result = _kernel(onnx_node, node_name, self.opset, self.tensors, self.constants,
+                                   bool(self.rows_read.intersection(onnx_node.output)))
         self.around.makers.update((o, (onnx_node, node_name)) for o in onnx_node.output)
         if isinstance(result, Unsupported):
             self.skipped.append(Skipped(node_name, onnx_node.op_type, result.feature, result.detail))
@@ -521,7 +534,8 @@ class GraphImporter:
         if folded is None:
             return False
         node, result = _kernel(folded.node, product.name, self.opset, self.tensors,
-                               {**self.constants, **folded.constants})
+                               {**self.constants, **folded.constants},
+                               bool(self.rows_read.intersection(folded.node.output)))
         if isinstance(result, Unsupported):
             return False
         self.constants.update(folded.constants)

@@ -104,6 +104,9 @@ class Node:
     outputs: tuple[Value, ...]
     attributes: Mapping[str, Any] = field(default_factory=dict)
     opset: int = 21
+    # whether a window along the channels (an LRN) reads its output, directly or through elementwise
+    # nodes and pools: written in blocks of channels, it would be written back to rows (blocked.py)
+    rows_read: bool = False
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attributes.get(name, default)

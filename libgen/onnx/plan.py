@@ -203,13 +203,21 @@ def concatenated_in_place(units: Sequence[Unit], nodes: Sequence[onnx.NodeProto]
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0) % len(shape)
         inputs = list(node.input)
         if any(size != 1 for size in shape[:axis]) or len(set(inputs)) != len(inputs) \
-                or any(readers[n] != 1 or n not in made or shape_of(infos, n) is None for n in inputs):
+                or any(readers[n] != 1 or n not in made or not _beside(shape_of(infos, n), shape, axis)
+                       for n in inputs):
             continue
         offsets = np.cumsum([0, *(math.prod(infos[n].shape) * infos[n].dtype.itemsize for n in inputs)])
         if all(offset % ALIGNMENT == 0 for offset in offsets[:-1]) and offsets[-1] > 0:
             parts.update((n, (node.output[0], int(offset))) for n, offset in zip(inputs, offsets, strict=False))
             unit.kind = "view"
     return parts
+
+
+def _beside(part: tuple[int, ...] | None, whole: tuple[int, ...], axis: int) -> bool:
+    """Whether `part` is a stretch of `whole` along `axis` in one layout: a Concat's input and
+    output both in blocks of channels or both not (its kernel converts between two layouts)."""
+    return part is not None and len(part) == len(whole) \
+        and all(p == w for i, (p, w) in enumerate(zip(part, whole, strict=True)) if i != axis)
 
 
 def dead_after(units: Sequence[Unit], outputs: Iterable[str],

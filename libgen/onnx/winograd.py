@@ -70,9 +70,15 @@ MAX_WORK = 0.75  # the matrix product's multiply-adds over the direct form's, at
 # (bench/conv_shapes.py): at 32-64 channels the lanes' form took 0.50-0.87 of its time
 # (SqueezeNet's 3x3 expands at 27x27 and 13x13), at 128 it took 1.2x (ResNet-50's at 28x28)
 MIN_CHANNELS_BESIDE_LANES = 128
-# output positions along a row from which it beats channels as lanes at any channels: at 56x56
-# Inception v1's 3x3 64->192 took 3.7 ms so, 6.6 ms as lanes (`--fuse`, the model's own run)
+# output positions along a row from which it beats channels as lanes when its transforms are repaid:
+# the product's multiply-adds per element that they touch, channels in x out / (in + out), at least
+# LANES_ROW_PRODUCTS. Inception v1's 3x3 64->192 at 56x56 (48) took 3.7 ms so, 6.6 ms as lanes
+# (`--fuse`, the model's own run). Fewer, and its rows in NCHW cost the convolutions around it
+# their blocks (blocked.py) more than it saves: ResNet-50's 64->64 (32) at 56x56 as lanes took the
+# model from 34.3 to 32.6 ms (median of 3 alternating profiles), SqueezeNet's 16->64 (13) at 55x55
+# from 3.12 to 2.63 ms, its first two fire modules then in blocks through their Concats
 LANES_ROW = 32
+LANES_ROW_PRODUCTS = 40
 # multiply-adds per transformed weight (tiles x output columns), at least, when the transformed
 # weights are more than a private cache holds (STREAMED_BYTES): they are twice the direct form's,
 # read from memory at every call (a model's other weights evict them), and a small image uses each
@@ -89,7 +95,7 @@ def fits(x: Value, w: Value, win: Window, group: int, lanes: bool = False) -> bo
     """Whether the Conv of `x` by the constant `w` over `win` is computed this way: 2-D, one group,
     three rows of taps at stride and dilation 1, a float dtype, long reductions, few wasted rows,
     each transformed weight used often enough unless they stay in cache; and, where channels as
-    lanes would compute it too (`lanes`), enough input channels or long rows."""
+    lanes would compute it too (`lanes`), enough input channels, or long rows and enough channels in and out."""
     if w.constant is None or x.rank != 4 or group != 1 or x.dtype not in FLOATS or win.kernel[0] != TAPS \
             or win.strides[0] != 1 or win.dilations[0] != 1:
         return False
@@ -99,7 +105,9 @@ def fits(x: Value, w: Value, win: Window, group: int, lanes: bool = False) -> bo
     return channels_in * columns >= MIN_REDUCTION and channels_out * columns >= MIN_REDUCTION \
         and POINTS * tiles <= MAX_WORK * TAPS * rows \
         and (tiles * win.outputs[1] >= MIN_REUSE or POINTS * w.constant.nbytes // TAPS <= STREAMED_BYTES) \
-        and (not lanes or channels_in >= MIN_CHANNELS_BESIDE_LANES or win.outputs[-1] >= LANES_ROW)
+        and (not lanes or channels_in >= MIN_CHANNELS_BESIDE_LANES
+             or win.outputs[-1] >= LANES_ROW
+             and channels_in * channels_out >= LANES_ROW_PRODUCTS * (channels_in + channels_out))
 
 
 def transformed_weights(w: np.ndarray) -> np.ndarray:

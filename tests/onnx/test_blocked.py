@@ -20,7 +20,7 @@ from libgen.onnx.blocked import NotBlockable, blocked_shape, with_blocked
 from libgen.onnx.catalogue import kernel_for
 from libgen.onnx.importer import import_model
 from libgen.onnx.nodes import Kernel, Value, loops
-from libgen.onnx.plan import layout_consistent
+from libgen.onnx.plan import Info, Unit, concatenated_in_place, layout_consistent
 from libgen.onnx.run import ModelRunner
 from tests.onnx.single_node import node_of, normal, run_ort, single_node_model
 from tests.onnx.test_importer import model, tensor
@@ -193,3 +193,62 @@ def test_a_library_that_lacks_a_kernel_sharing_a_blocked_value_runs_those_on_onn
     runner = ModelRunner(path, library, fuse=False)
     assert set(runner.placement.values()) == {"onnxruntime"}
     assert_runs_as_onnxruntime(runner, path)
+
+
+def fire_module(expand1: int = 32):
+    """SqueezeNet's fire module at 7x7, then its MaxPool and the next squeeze: x -> 1x1 Conv -> Relu
+    (s), expanded by a 1x1 Conv (`expand1` channels) and a 3x3 Conv (32), each with a Relu (e1, e3),
+    concatenated along the channels (c), pooled 3x3 stride 2 (p), squeezed by a 1x1 Conv (q) and
+    averaged (g). Every Conv has its channels as lanes."""
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="squeeze"),
+             helper.make_node("Relu", ["c1"], ["s"], name="relu1"),
+             helper.make_node("Conv", ["s", "w2"], ["c2"], name="expand1"),
+             helper.make_node("Relu", ["c2"], ["e1"], name="relu2"),
+             helper.make_node("Conv", ["s", "w3"], ["c3"], name="expand3", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c3"], ["e3"], name="relu3"),
+             helper.make_node("Concat", ["e1", "e3"], ["c"], name="concat", axis=1),
+             helper.make_node("MaxPool", ["c"], ["p"], name="pool", kernel_shape=[3, 3], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "w4"], ["q"], name="next"),
+             helper.make_node("GlobalAveragePool", ["q"], ["g"], name="average")]
+    weights = [numpy_helper.from_array(normal(16, 16, 1, 1, seed=1) / 4, "w1"),
+               numpy_helper.from_array(normal(expand1, 16, 1, 1, seed=2) / 4, "w2"),
+               numpy_helper.from_array(normal(32, 16, 3, 3, seed=3) / 12, "w3"),
+               numpy_helper.from_array(normal(32, expand1 + 32, 1, 1, seed=4) / 8, "w4")]
+    return model(nodes, [tensor("x", [1, 16, 7, 7])], [tensor("g", [1, 32, 1, 1])], weights)
+
+
+def test_a_concat_along_the_channels_and_the_pool_after_it_pass_the_blocks_on(tmp_path: Path) -> None:
+    """Its inputs and output in blocks of 32, the Concat's kernels write each input into its stretch
+    of the output, as in NCHW: no conversion either side of it, and the pool reads whole vectors."""
+    for fuse in (False, True):
+        blocked = import_model(fire_module(), fuse=fuse).blocked
+        assert {value: blocked.get(value) for value in ("e1", "e3", "c", "p")} == dict.fromkeys("e1 e3 c p".split(), 32)
+        path, library = library_of(fire_module(), tmp_path, f"fire{int(fuse)}", fuse=fuse)
+        runner = ModelRunner(path, library, fuse=fuse)
+        assert runner.placement["concat"] == "view" and set(runner.placement.values()) == {"library", "view"}
+        assert_runs_as_onnxruntime(runner, path)
+
+
+def test_a_concat_of_inputs_in_blocks_of_different_widths_keeps_the_graphs_layout(tmp_path: Path) -> None:
+    """48 channels from the 1x1 Conv make blocks of 16, 32 from the 3x3 blocks of 32: the Concat's
+    inputs and output stay NCHW (their Convs write back rows), and it still writes them in place."""
+    blocked = import_model(fire_module(expand1=48)).blocked
+    assert not {"e1", "e3", "c", "p"} & blocked.keys()
+    path, library = library_of(fire_module(expand1=48), tmp_path, "fire48", fuse=False)
+    runner = ModelRunner(path, library, fuse=False)
+    assert runner.placement["concat"] == "view"
+    assert_runs_as_onnxruntime(runner, path)
+
+
+def test_a_concat_is_written_in_place_only_when_its_inputs_and_output_share_a_layout() -> None:
+    concat = helper.make_node("Concat", ["a", "b"], ["c"], name="concat", axis=1)
+    f32 = np.dtype(np.float32)
+    blocks = {"a": Info(f32, (1, 2, 4, 4, 32)), "b": Info(f32, (1, 2, 4, 4, 32))}
+
+    def parts(output: tuple[int, ...]) -> dict[str, tuple[str, int]]:
+        units = [Unit([0], ["x"], ["a"], "library"), Unit([0], ["x"], ["b"], "library"),
+                 Unit([0], ["a", "b"], ["c"], "library")]
+        return concatenated_in_place(units, [concat], {**blocks, "c": Info(f32, output)}, ["y"])
+
+    assert parts((1, 4, 4, 4, 32)) == {"a": ("c", 0), "b": ("c", 4096)}
+    assert parts((1, 128, 4, 4)) == {}  # its kernel converts the blocks to rows

@@ -76,9 +76,10 @@ def test_fits_constant_weights_with_a_vector_of_channels_a_group_and_short_rows(
     assert fits(Value("w", "f32", w, weights), group, _window(row)) is taken
 
 
-def test_a_7x7_stem_stays_direct_at_long_rows() -> None:
+def test_a_7x7_stem_stays_direct_at_long_rows_only_where_an_lrn_reads_it_in_rows() -> None:
     w = Value("w", "f32", (64, 3, 7, 7), normal(64, 3, 7, 7))
-    assert not fits(w, 1, _window(112, 7)) and fits(w, 1, _window(28, 7))
+    assert fits(w, 1, _window(112, 7)) and not fits(w, 1, _window(112, 7), rows_read=True)
+    assert fits(w, 1, _window(28, 7), rows_read=True)
 
 
 def test_blocked_weights_put_each_block_of_output_channels_innermost() -> None:
@@ -254,3 +255,20 @@ def test_weights_with_a_batchnorm_folded_in_are_blocked_from_the_models_constant
     blocked = [d for name, d in imported.constants.items() if name.endswith(".channels_last")]
     assert len(blocked) == 1 and set(blocked[0].sources) == {"w", "scale", "shift", "mean", "var"}
     assert_calls_match_ort(imported, proto, {"x": normal(1, 8, 9, 9)})
+
+
+@pytest.mark.parametrize("after, lanes", [("MaxPool", True), ("LRN", False)])
+def test_a_7x7_stem_takes_channels_as_lanes_unless_an_lrn_reads_it(after: str, lanes: bool) -> None:
+    """ResNet-50's stem (Conv, Relu, MaxPool: its output stays in blocks) against ZFNet-512's (Conv,
+    Relu, LRN: the LRN reads rows, so the Conv writes them)."""
+    window = {"kernel_shape": [3, 3], "strides": [2, 2]} if after == "MaxPool" else {"size": 3}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="stem", pads=[3, 3, 3, 3], strides=[2, 2]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node(after, ["r"], ["y"], name="after", **window)]
+    out = 31 if after == "MaxPool" else 64
+    proto = model(nodes, [tensor("x", [1, 3, 128, 128])], [tensor("y", [1, 32, out, out])],
+                  [numpy_helper.from_array(normal(32, 3, 7, 7, seed=1) / 12, "w")])
+    imported = import_model(proto)
+    stem = imported.kernels[next(c.kernel for c in imported.calls if c.nodes == ("stem",))]
+    assert ("* wb[" in stem) is lanes and ("_phases[" in stem) is not lanes
+    assert_calls_match_ort(imported, proto, {"x": normal(1, 3, 128, 128)})

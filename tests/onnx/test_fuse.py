@@ -13,6 +13,7 @@ from dojo_ir import interpret, load
 from libgen.onnx.catalogue import kernel_for
 from libgen.onnx.fuse import fuse_graph, join
 from libgen.onnx.nodes import Kernel, Node, Value, broadcast, loops
+from libgen.onnx.ops.linear import embedded
 from tests.onnx.single_node import normal
 
 # -- kernels written here, so that the fusion is tested on its own -------------------------------
@@ -399,3 +400,23 @@ def test_an_elementwise_line_applies_in_place_after_the_writes_when_what_it_read
     assert [a.name for a in fused.temporaries] == ["k_m"] and fused.lines[-1] == "4 u[{0}] = u[{0}] * k_m[{0}]"
     x = np.array([1, -2, 3, -4], np.float32)
     np.testing.assert_array_equal(_interpreted(fused), np.where(np.arange(4) % 2 == 0, x * 3, x - 1) * 2)
+
+
+def test_a_value_written_in_parts_then_copied_into_a_padded_array_is_written_there() -> None:
+    """A convolution's write-back from blocks of channels, then its MaxPool's padded input: the
+    lines that write t write p at the copy's offset, the copy goes, and p's border is filled first."""
+    kernel = Kernel("k")
+    x, u = kernel.input(value("x", 4)), kernel.output(value("u", 4), "u")
+    t = kernel.temporary("t", "f32", (4,))
+    kernel.loop([2], t.at(["{0}*2"]), "=", f"{x.at(['{0}*2'])} * 3")
+    kernel.loop([2], t.at(["{0}*2+1"]), "=", f"{x.at(['{0}*2+1'])} - 1")
+    p = embedded(kernel, "p", "f32", (6,), "-inf", (1,), (4,), t.at)
+    kernel.loop([4], u.at(["{0}"]), "=", f"max({p.at(['{0}'])}, {p.at(['{0}+2'])})")
+    fused = join([(node("K", [value("x", 4)], value("u", 4)), kernel)], ["u"])
+    assert [a.name for a in fused.temporaries] == ["k_p"] and len(fused.lines) == 5
+    assert all(line.endswith("= -inf") for line in fused.lines[:2])
+    assert fused.lines[2:4] == ["2 k_p[{0}*2+1] = x[{0}*2] * 3", "2 k_p[{0}*2+1+1] = x[{0}*2+1] - 1"]
+    xs = np.array([1, -2, 3, -4], np.float32)
+    padded = np.concatenate([[-np.inf], np.where(np.arange(4) % 2 == 0, xs * 3, xs - 1), [-np.inf]])
+    np.testing.assert_array_equal(interpret(load(fused.render()), {"x": xs})["u"],
+                                  np.maximum(padded[:4], padded[2:]))

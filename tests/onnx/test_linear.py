@@ -181,15 +181,15 @@ def test_short_rows_take_channels_as_lanes_unless_the_reduction_repays_winograd(
 def test_a_winograd_convolutions_relu_is_applied_as_its_rows_are_written() -> None:
     """`--fuse`: Conv (rows of 34, by Winograd) then Relu is one kernel, the Relu in each of the four
     lines that write the output's rows, and no line after them reads the output back."""
-    weights = numpy_helper.from_array(normal(16, 8, 3, 3, seed=1) / np.float32(6), "w")
+    weights = numpy_helper.from_array(normal(8, 16, 3, 3, seed=1) / np.float32(12), "w")  # too few for lanes
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
              helper.make_node("Relu", ["c"], ["y"], name="relu")]
-    proto = model(nodes, [tensor("x", [1, 8, 34, 34])], [tensor("y", [1, 16, 34, 34])], [weights])
+    proto = model(nodes, [tensor("x", [1, 16, 34, 34])], [tensor("y", [1, 8, 34, 34])], [weights])
     imported = import_model(proto, fuse=True)
     (text,) = imported.kernels.values()
     written = [line for line in text.splitlines() if " y[" in line]
     assert "+= u[" in text and len(written) == 4 and all(" = max(" in line for line in written)
-    assert_calls_match_ort(imported, proto, {"x": normal(1, 8, 34, 34)})
+    assert_calls_match_ort(imported, proto, {"x": normal(1, 16, 34, 34)})
 
 
 @pytest.mark.parametrize("channels, row, taken", [(512, 7, False), (512, 14, False), (128, 28, True), (64, 7, True)])
@@ -203,13 +203,18 @@ def test_winograd_uses_each_transformed_weight_often_unless_they_stay_in_cache(c
     assert winograd.fits(x, w, Window((row, row), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (row, row)), 1) is taken
 
 
-@pytest.mark.parametrize("channels, row, taken", [(64, 27, False), (64, 56, True), (128, 27, True)])
-def test_winograd_gives_way_to_channels_as_lanes_at_few_channels_and_short_rows(channels: int, row: int,
-                                                                                taken: bool) -> None:
-    """SqueezeNet's 3x3 expands of 16-64 channels at 27x27 run faster with channels as lanes;
-    Inception v1's 64-channel one at 56x56 faster by Winograd."""
-    w = Value("w", "f32", (channels, channels, 3, 3), np.zeros((channels, channels, 3, 3), np.float32))
-    x = Value("x", "f32", (1, channels, row, row))
+@pytest.mark.parametrize("channels_in, channels_out, row, taken", [
+    (64, 64, 27, False), (128, 128, 27, True),  # SqueezeNet's 3x3 expands at 27x27 against ResNet-50's at 28x28
+    (64, 192, 56, True), (64, 64, 56, False), (16, 64, 55, False),  # Inception's, ResNet-50's, SqueezeNet's
+])
+def test_winograd_gives_way_to_channels_as_lanes_at_few_channels_and_short_rows(channels_in: int, channels_out: int,
+                                                                                row: int, taken: bool) -> None:
+    """Channels as lanes at rows of 27 below 128 input channels; at rows of 55 and 56 by Winograd only
+    where enough channels in and out repay the transforms (Inception v1's 64 -> 192), since its rows
+    cost the convolutions around it their blocks of channels."""
+    shape = (channels_out, channels_in, 3, 3)
+    w = Value("w", "f32", shape, np.zeros(shape, np.float32))
+    x = Value("x", "f32", (1, channels_in, row, row))
     window = Window((row, row), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (row, row))
     assert winograd.fits(x, w, window, 1, lanes=True) is taken
 

@@ -74,10 +74,11 @@ def test_heuristic_schedule_of_a_stem_computes_what_the_spec_does(target: str) -
 
 
 def test_heuristic_starts_each_row_of_the_output_beside_the_product_that_accumulates_it() -> None:
-    """A stem's output is larger than the cache: started by a pass of its own (channels outermost),
-    it is read back from memory by the product; brought row by row into the product's scope of
-    rows, each row is started while it is about to be read."""
-    spec = load(_kernel((1, 3, 160, 160), (32, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}, bias=True))
+    """An output larger than the cache (a 7x7 stride 2 convolution at rows too long for channels as
+    lanes): started by a pass of its own (channels outermost), it is read back from memory by the
+    product; brought row by row into the product's scope of rows, each row is started while it is
+    about to be read."""
+    spec = load(_kernel((1, 8, 160, 160), (32, 8, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}, bias=True))
     program = advance(spec, heuristic(spec, get_target("x86-avx512")))
     sites = Analysis(program).sites
     start = next(s for s in sites if s.op.target.array == "y" and not s.op.reduction and
