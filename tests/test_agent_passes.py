@@ -14,7 +14,7 @@ from codegen.targets import Caches, get_target
 from dojo_ir import DojoError, interpret, load, random_inputs, to_text
 from dojo_ir.derivation import advance, record, verify
 from dojo_ir.library import KERNELS
-from dojo_ir.tree import walk_ops
+from dojo_ir.tree import accesses, walk_ops
 from runner.roofline import machine_limits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,8 +31,10 @@ def _same_meaning(spec, program) -> None:
             continue
         break
     actual = interpret(program, inputs)
-    for name in spec.outputs:
-        np.testing.assert_allclose(actual[name], expected[name], rtol=1e-4, atol=1e-5, equal_nan=True)
+    for name in spec.outputs:  # a reduction in blocks sums its partial sums: roundings of the outputs' scale
+        scale = float(np.nanmax(np.abs(expected[name]), initial=1.0, where=np.isfinite(expected[name])))
+        np.testing.assert_allclose(actual[name], expected[name], rtol=1e-4, atol=1e-5 * max(1.0, scale),
+                                   equal_nan=True)
 
 
 def _check(spec, moves: list[str]) -> None:
@@ -335,13 +337,14 @@ y f32 [1, 2, 7, 7, 32] heap
 def test_heuristic_leads_a_reduction_split_into_blocks_with_its_outer_part() -> None:
     """A convolution over input channels in blocks of 32 (4 blocks) reduces over the blocks, then
     the 32 channels of one, then the taps, as the weights lie in memory: with the longer scope of
-    32 first, every step would read weights a block apart."""
+    32 first, every step would read weights a block apart. The blocks are cut in two, those of two
+    outside the output rows (`register_tile.streamed_block`)."""
     spec = load(BLOCKED_CONV)
     moves = heuristic(spec, get_target("x86-avx512"))
     program = advance(spec, moves)
-    (product,) = [chain for op, chain in walk_ops(program.body) if op.assign == "+=" and "x" in str(op.value)]
+    (product,) = [chain for op, chain in walk_ops(program.body) if any(a.array == "x" for a in accesses(op.value))]
     reductions = [scope.size for scope in product if not scope.kind][-4:]
-    assert reductions == [4, 32, 3, 3]
+    assert reductions == [2, 32, 3, 3]
     _check(spec, moves)
 
 
