@@ -79,6 +79,8 @@ def register_block(state: State, target: Target) -> None:
 
         [other target scopes] [J/W] [K/KB] [I/R] KB [other reductions] R:u W:u L:v
 
+    ([K/KB] before the target scopes that reuse the streamed operand, `streamed_block`)
+
     an R x W tile of vector accumulators (`tile_shape`, sized to the target's vector registers)
     updated by every step of the reduction, kept in registers by `accumulate` (or its partial
     form, when blocks of K outside the rows write the target first), a reduction cut into
@@ -183,9 +185,10 @@ def _block(state: State, label: str, target: Target) -> bool:
         blocks = ("Ko", "Jo", "Io")
     tile = [x for x in ("It", "Jt", "L") if x in roles]
     reused = [f"s{d}" for d in reusing] if "Ko" in roles else []
-    wanted = [x for x in roles if x.startswith("s") and x not in inner and x not in reused]
-    wanted += ["Ko"] * bool(reused) + reused + [x for x in blocks if x in roles and not (reused and x == "Ko")]
-    wanted += inner + tile
+    outermost = [x for x in roles if x.startswith("s") and x not in inner and x not in reused]
+    if reused:
+        outermost += ["Ko", *reused]
+    wanted = outermost + [x for x in blocks if x in roles and x not in outermost] + inner + tile
     for position, role in enumerate(wanted):
         at = roles.index(role)
         for depth in range(at - 1, position - 1, -1):  # bubble it out to `position`
@@ -220,14 +223,13 @@ def streamed_block(steps: int, step_bytes: int, target: Target) -> int:
     """Reduction steps per block when scopes outside the tile reuse the streamed operand (a
     convolution's rows, its weights): the most that divide `steps`, fewer than all, and keep a
     block's part of the operand (`step_bytes` a step) within half of the first-level cache (else the
-    smallest block of more than one step). Each
-    block's part is then read from memory once and used by every row from the cache, where the
-    whole operand read with the first row waited on memory row after row of blocks of channels:
-    a model's weights are not in cache when its kernel starts (ResNet-50's 3x3 at 7x7, 9.4 MB of
-    them: 1.77-2.09 ms a call from memory, 1.43-1.49 ms with its blocks of input channels outside
-    the rows; its convolutions at 7x7 and 14x14 gain 0.12-0.45 ms each in the model, while at 28x28
-    and 56x56, whose accumulated rows (100 and 400 KB) leave the first-level cache, they lost
-    0.03-0.64 ms)."""
+    smallest block of more than one step). Each block's part is then read from memory once and used
+    by every row from the cache, where the whole operand read with the first row waited on memory
+    block after block of channels: a model's weights are not in cache when its kernel starts
+    (ResNet-50's 3x3 at 7x7, 9.4 MB of them: 1.77-2.09 ms a call from memory, 1.43-1.49 ms with
+    its blocks of input channels outside the rows; its convolutions at 7x7 and 14x14 gain
+    0.12-0.45 ms each in the model, while at 28x28 and 56x56, whose accumulated rows (100 and 400
+    KB) leave the first-level cache, they lost 0.03-0.64 ms)."""
     proper = [b for b in divisors(steps, steps - 1) if b > 1]  # a block of one step leaves no tile's scope
     return max((b for b in proper if b * step_bytes <= target.caches.l1d // 2), default=min(proper, default=steps))
 
