@@ -128,8 +128,8 @@ def form(name: str) -> Iterator[None]:
     if name == "imported":
         yield
         return
-    with mock.patch.object(channels_last, "fits", lambda w, group, win: False), \
-            mock.patch.object(depthwise, "fits", lambda w, group, win: False):
+    with mock.patch.object(channels_last, "fits", lambda *_: False), \
+            mock.patch.object(depthwise, "fits", lambda *_: False):
         yield
 
 
