@@ -471,7 +471,7 @@ class GraphImporter:
         self.values = {*self.tensors, *(n for node in self.graph.node for n in (*node.input, *node.output))}
         self.around = _select_graph(self.tensors, self.constants)
         self.computes: dict[str, set[str]] = {}  # a select's node -> the boolean nodes its kernel computes
-        self.rows_read = _read_in_rows(self.graph)
+        self.read_in_rows = _read_in_rows(self.graph)
 
     def visit(self, onnx_node: onnx.NodeProto, node_name: str) -> None:
         """Import the graph's next node: folded into constants or into the product before it, a
@@ -493,7 +493,7 @@ class GraphImporter:
             node, result = self._select(onnx_node, node_name)
         else:
             node, result = _kernel(onnx_node, node_name, self.opset, self.tensors, self.constants,
-                                   bool(self.rows_read.intersection(onnx_node.output)))
+                                   self._rows_read(onnx_node))
         self.around.makers.update((o, (onnx_node, node_name)) for o in onnx_node.output)
         if isinstance(result, Unsupported):
             self.skipped.append(Skipped(node_name, onnx_node.op_type, result.feature, result.detail))
@@ -502,6 +502,10 @@ class GraphImporter:
         else:
             self.made_by.update((o, (len(self.graph_nodes), onnx_node)) for o in onnx_node.output)
             self.graph_nodes.append((node, result))
+
+    def _rows_read(self, onnx_node: onnx.NodeProto) -> bool:
+        """Whether an LRN reads an output of the node in rows (Node.rows_read)."""
+        return not self.read_in_rows.isdisjoint(onnx_node.output)
 
     def _select(self, onnx_node: onnx.NodeProto, name: str) -> tuple[Node, Kernel | Unsupported]:
         """The node of a Where (or a Cast of a boolean) and its kernel, the condition computed
@@ -534,8 +538,7 @@ class GraphImporter:
         if folded is None:
             return False
         node, result = _kernel(folded.node, product.name, self.opset, self.tensors,
-                               {**self.constants, **folded.constants},
-                               bool(self.rows_read.intersection(folded.node.output)))
+                               {**self.constants, **folded.constants}, self._rows_read(folded.node))
         if isinstance(result, Unsupported):
             return False
         self.constants.update(folded.constants)
