@@ -4,10 +4,11 @@ weights (examples/light_models.py) and all-MiniLM-L6-v2 exported by torch.onnx.
     python bench/real_models.py                                   # every model, 3 processes
     python bench/real_models.py --quick --models squeezenet resnet50
     python bench/real_models.py --budget 200 --processes 5        # `dojo model tune` at 200 evaluations
+    python bench/real_models.py --tune-time 600                   # `dojo model tune` for 10 minutes a model
 
 Each model is imported by `dojo import` as is and with `--fuse`, each import built by `dojo library
 build --method heuristic` (no search), and, when the command exists, tuned by `dojo model tune
-MODEL.onnx --fuse --out DIR --budget N` (from the fused import, the faster on most models);
+MODEL.onnx --fuse --out DIR --budget N` or `--time-limit S` (from the fused import, the faster on most models);
 models, imports and libraries are kept in build/real_models/ and reused. Then, in each of
 `--processes` fresh processes, one ONNX Runtime session of the whole model (its default
 optimisations, 2 intra-op threads) and `dojo model run`'s ModelRunner on each library are timed
@@ -140,6 +141,13 @@ def tune_command() -> bool:
                           capture_output=True).returncode == 0
 
 
+def tuning_options(args: argparse.Namespace) -> list[str]:
+    """`dojo model tune`'s limit: a time when one is given, else a budget; none when neither."""
+    if args.tune_time:
+        return ["--time-limit", str(args.tune_time)]
+    return ["--budget", str(args.budget)] if args.budget else []
+
+
 def build_all(name: str, model: Path, out: Path, args: argparse.Namespace) -> dict:
     """Import and build (and tune) NAME; the libraries' directories and each step's seconds."""
     libraries, seconds = {}, {}
@@ -154,10 +162,11 @@ def build_all(name: str, model: Path, out: Path, args: argparse.Namespace) -> di
         record = json.loads(first.read_text())
         seconds[f"build {run}"] = None if record["kept"] else record["seconds"]
         libraries[run] = str(library)
-    if args.budget and tune_command():
-        library = out / f"{name}_tuned_{args.budget}"
+    if tuning_options(args) and tune_command():
+        limit = f"{args.tune_time}s" if args.tune_time else str(args.budget)
+        library = out / f"{name}_tuned_{limit}"
         seconds["tune"], _ = timed("model", "tune", str(model), "--fuse", "--out", str(library),
-                                   "--budget", str(args.budget))
+                                   *tuning_options(args))
         libraries["tuned"] = str(library)
     return {"libraries": libraries, "seconds": seconds}
 
@@ -219,14 +228,14 @@ def report(rows: list[dict], args: argparse.Namespace, peak: float, tuning: bool
              "import` (plain) and `dojo import "
              "--fuse` (fused), each import built by `dojo library build --method heuristic --budget 1` (the "
              "heuristic pass, no search)"
-             + (f", and tuned by `dojo model tune --fuse --budget {args.budget}`" if tuning else "")
+             + (f", and tuned by `dojo model tune --fuse {' '.join(tuning_options(args))}`" if tuning else "")
              + f"; then in each of {args.processes} process{'es' if args.processes > 1 else ''} {args.rounds} "
              f"alternating rounds of {args.repeats} "
              f"calls of ONNX Runtime (one session, default optimisations, {cores()} intra-op threads, same process) "
              "and of `dojo model run`'s ModelRunner on each library (bench/onnx_models.py's `rounds`).", ""]
     if not tuning:
-        lines += ["`dojo model tune` " + ("is not in this checkout" if not tune_command() else
-                                          "was not asked for (--budget 0)") + ": the tuned column is left out.", ""]
+        absent = "is not in this checkout" if not tune_command() else "was not asked for (--budget 0, no --tune-time)"
+        lines += [f"`dojo model tune` {absent}: the tuned column is left out.", ""]
     lines += ["ORT / ours is each round's ONNX Runtime median over the library's, the median over a process's "
               "rounds; the table gives the median over the processes and their range. Above 1, ours is faster. "
               "GFLOP/s count the Conv, MatMul and Gemm nodes' multiply-adds (2 flops each) over the median time.", "",
@@ -279,6 +288,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, help="default 10")
     parser.add_argument("--repeats", type=int, help="calls of each runtime in a round (default 10)")
     parser.add_argument("--budget", type=int, help="`dojo model tune --budget N`; 0: no tuning (default 100)")
+    parser.add_argument("--tune-time", type=int, metavar="S",
+                        help="`dojo model tune --time-limit S` in place of --budget: S seconds a model")
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "real_models",
                         help="where the models, imports and libraries go")
     parser.add_argument("--report", type=Path, default=RESULTS / "real_models.md")
