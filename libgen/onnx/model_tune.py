@@ -10,9 +10,13 @@
    as `dojo library build --method heuristic` does).
 3. The model is profiled on it (libgen/onnx/profile.py, in a fresh process).
 4. Rounds of a few evaluations each go to the kernel whose expected gain in model time is largest
-   (libgen/onnx/schedule.py, TVM's gradient-based task scheduler), its search (`method`, by
-   default simulated annealing on the heuristic graph) going on from where its last round stopped
-   (`tune_kernel`: the search retraces its logged evaluations at no cost). Between profiles a
+   (libgen/onnx/schedule.py, TVM's gradient-based task scheduler), its search going on from where
+   its last round stopped (`tune_kernel`: the search retraces its logged evaluations at no cost).
+   The search is `method`; by default (`auto`) a race between simulated annealing on the heuristic
+   graph and the learned agent continuing the heuristic pass's program: each gets a round of the
+   kernel, then the kernel's rounds go to whichever found the faster program (`Entrant`), since
+   neither wins on every kernel (bench/results/agent_heldout.md). The agent always starts from the
+   heuristic pass's program here: that is the library the tune starts from. Between profiles a
    kernel's time in the model is its profiled time scaled by how much faster its own best program
    got; once those estimates say the model got `REPROFILE_GAIN` faster, the library is rebuilt and
    the model profiled again. The rounds stop when the budget (evaluations of the searches, over
@@ -39,12 +43,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from agent.evaluate import read_log, replay_moves, text_hash
-from agent.methods import GRAPH, METHODS, SEARCHES
+from agent.methods import AGENT, GRAPH, METHODS, SEARCHES
 from agent.tune import KernelTuneOptions
 from dojo_ir import to_text
 from dojo_ir.derivation import record
@@ -58,6 +62,7 @@ from ..cluster import Cluster
 from ..kernels import KernelSpec, LibraryError
 from ..manifest import Tuned, read_json, read_tuned, write_json
 from .profile import DEFAULT_REPEATS, ModelProfile, profile_in_subprocess
+from .race import AUTO, CONTENDERS, Entrant, next_entrant
 from .run import RunError
 from .schedule import Task, estimated_model_s, next_tasks
 
@@ -66,6 +71,7 @@ ROUND = 8  # evaluations a round gives a kernel: enough for a search to move, fe
 BUDGET_PER_KERNEL = 20  # the budget when neither it nor a time limit is given: this many per kernel
 REPROFILE_GAIN = 0.1
 MIN_TIME_S = 0.2  # the final measurement of each round's best programs, each at least this long
+STATE_FORMAT = 2
 
 
 class TuneError(Exception):
@@ -75,10 +81,11 @@ class TuneError(Exception):
 
 @dataclass(frozen=True)
 class TuneOptions:
-    """How the kernels are tuned: `method` and `graph` as `dojo tune` takes them, `round_size`
-    evaluations a round, the profiles' `repeats`, the library's `name`."""
+    """How the kernels are tuned: `method` and `graph` as `dojo tune` takes them, or `auto` (the
+    race of CONTENDERS), `round_size` evaluations a round, the profiles' `repeats`, the library's
+    `name`."""
 
-    method: str = "sa"
+    method: str = AUTO
     graph: str = GRAPH
     seed: int = 0
     fuse: bool = False
@@ -92,9 +99,15 @@ class TuneOptions:
 
     def identity(self) -> dict[str, Any]:
         """What a resumed tune must share with the one it goes on from."""
-        return {"method": self.method, "graph": self.graph if self.method in SEARCHES else "", "seed": self.seed,
+        searches = any(method in SEARCHES for method in self.contenders)
+        return {"method": self.method, "graph": self.graph if searches else "", "seed": self.seed,
                 "fuse": self.fuse, "round_size": self.round_size, "target": self.target, "name": self.name,
                 **({"input_shapes": {n: list(s) for n, s in self.input_shapes}} if self.input_shapes else {})}
+
+    @property
+    def contenders(self) -> tuple[str, ...]:
+        """The methods each kernel's rounds may go to."""
+        return CONTENDERS if self.method == AUTO else (self.method,)
 
 
 @dataclass(frozen=True)
@@ -146,8 +159,9 @@ class _Tune:
     initial: ModelProfile | None = None  # the heuristic library's, which the rounds started from
     latest: ModelProfile | None = None
     tasks: list[Task] = field(default_factory=list)
-    best: dict[str, Tuned] = field(default_factory=dict)  # each kernel's program as its last round chose it
+    best: dict[str, Tuned] = field(default_factory=dict)  # each kernel's program as its rounds chose it
     heuristic: dict[str, Tuned] = field(default_factory=dict)  # each kernel's heuristic program
+    entrants: dict[str, tuple[Entrant, ...]] = field(default_factory=dict)  # each kernel's, one a contender
     rounds: list[dict[str, Any]] = field(default_factory=list)
     spent: int = 0
     elapsed_before_s: float = 0.0  # what the interrupted runs of this tune took
@@ -167,20 +181,26 @@ class _Tune:
 
     def save(self, summary: dict[str, Any] | None = None) -> None:
         assert self.initial is not None and self.latest is not None
-        state = {"format": 1, "identity": self.identity, "initial": self.initial.to_json(),
+        state = {"format": STATE_FORMAT, "identity": self.identity, "initial": self.initial.to_json(),
                  "latest": self.latest.to_json(), "tasks": [asdict(task) for task in self.tasks],
                  "best": {name: tuned.to_json() for name, tuned in self.best.items()},
+                 "entrants": {name: [asdict(e) for e in entrants] for name, entrants in self.entrants.items()},
                  "heuristic": {name: tuned.to_json() for name, tuned in self.heuristic.items()}, "rounds": self.rounds,
                  "spent": self.spent, "elapsed_s": round(self.elapsed_s, 3)}
         write_json(self.out / STATE, {**state, **({"summary": summary} if summary else {})})
 
     def restore(self, state: dict[str, Any]) -> None:
+        if state.get("format") != STATE_FORMAT:
+            raise TuneError(f"{self.out / STATE}: error: the state of a tune by another version of PerfDojo "
+                            f"(format {state.get('format')!r}, not {STATE_FORMAT}); remove it to start afresh")
         try:
             self.initial = ModelProfile.from_json(state["initial"])
             self.latest = ModelProfile.from_json(state["latest"])
             self.tasks = [Task(**{**task, "history": tuple(task["history"])}) for task in state["tasks"]]
             self.best = {name: Tuned.from_json(data) for name, data in state["best"].items()}
             self.heuristic = {name: Tuned.from_json(data) for name, data in state["heuristic"].items()}
+            self.entrants = {name: tuple(Entrant(**e) for e in entrants)
+                             for name, entrants in state["entrants"].items()}
             self.rounds, self.spent = list(state["rounds"]), int(state["spent"])
             self.elapsed_before_s = float(state["elapsed_s"])
         except (KeyError, TypeError, ValueError) as error:
@@ -234,15 +254,23 @@ class _Tune:
             own = self.best[spec.name].time_s
             calls = next((k for k in self.initial.kernels if k.kernel == spec.name), None)
             self.tasks.append(Task(spec.name, calls.time_s if calls else 0.0, own or 0.0, (own or 0.0,),
-                                   inherited=self.inherit(spec), done=calls is None or not own))
+                                   done=calls is None or not own))
+            self.entrants[spec.name] = tuple(Entrant(method, self.inherit(spec, method))
+                                             for method in self.options.contenders)
         self.save()
 
-    def inherit(self, spec: KernelSpec) -> int:
-        """Start the search's log of `spec` with the heuristic pass's evaluations, which the search
-        (whose graph starts from the pass's moves) then need not make again; how many it got."""
+    def start_of(self, spec: KernelSpec, method: str) -> KernelSpec:
+        """The kernel as `method`'s rounds search it: the agent continues the heuristic pass's
+        program, the others start from the spec (the searches' graphs hold the pass's moves)."""
+        return replace(spec, prefix=self.heuristic[spec.name].moves) if method == AGENT else spec
+
+    def inherit(self, spec: KernelSpec, method: str) -> int:
+        """Start `method`'s log of `spec` with the heuristic pass's evaluations, which a search
+        from the spec (whose graph starts from the pass's moves) then need not make again; how many
+        it got."""
         pass_log = search_log(self.out, spec.name, "heuristic")
-        log = search_log(self.out, spec.name, self.options.method, self.options.graph)
-        if not pass_log.exists():
+        log = search_log(self.out, spec.name, method, self.options.graph if method in SEARCHES else "")
+        if not pass_log.exists() or self.start_of(spec, method).prefix:
             return 0
         if log != pass_log:  # with --method heuristic, the rounds go on in the pass's own log
             shutil.copy2(pass_log, log)
@@ -290,8 +318,8 @@ def _check(model: Path, out: Path, budget: int | None, time_limit_s: float | Non
         raise TuneError(f"the budget must be at least 0 evaluations, not {budget}")
     if time_limit_s is not None and time_limit_s <= 0:
         raise TuneError(f"the time limit must be above 0 seconds, not {time_limit_s:g}")
-    if options.method not in METHODS:
-        raise TuneError(f"unknown method `{options.method}`; expected one of {', '.join(METHODS)}")
+    if options.method not in (AUTO, *METHODS):
+        raise TuneError(f"unknown method `{options.method}`; expected one of {', '.join((AUTO, *METHODS))}")
     if options.round_size < 1:
         raise TuneError(f"a round must give at least 1 evaluation, not {options.round_size}")
     if options.repeats < 1:
@@ -380,9 +408,9 @@ def _rounds(tune: _Tune, runner: Runner | None, cluster: Cluster | None,
         chosen = next_tasks(tune.tasks, parallel)
         if not chosen or (left is not None and left <= 0) or (remaining is not None and remaining <= 0):
             return
-        for i, tuned in _run_rounds(tune, _grants(chosen, tune.options.round_size, left), runner, remaining,
-                                    should_stop).items():
-            _absorb(tune, i, tuned)
+        for i, (entrant, tuned) in _run_rounds(tune, _grants(chosen, tune.options.round_size, left), runner,
+                                               remaining, should_stop).items():
+            _absorb(tune, i, entrant, tuned)
         tune.save()
         remaining = tune.remaining_s()
         more = (tune.budget is None or tune.spent < tune.budget) and (remaining is None or remaining > 0)
@@ -405,7 +433,7 @@ def _grants(chosen: Sequence[int], round_size: int, left: int | None) -> dict[in
 
 
 def _run_rounds(tune: _Tune, grants: dict[int, int], runner: Runner | None, remaining: float | None,
-                should_stop: Callable[[], bool] | None) -> dict[int, Tuned]:
+                should_stop: Callable[[], bool] | None) -> dict[int, tuple[int, Tuned]]:
     """A round for each task of `grants`, at once on their own threads when there are several
     (on a cluster); an interruption stops them all after their current evaluation."""
     if len(grants) == 1:
@@ -428,39 +456,53 @@ def _run_rounds(tune: _Tune, grants: dict[int, int], runner: Runner | None, rema
 
 
 def _round(tune: _Tune, i: int, grant: int, runner: Runner | None, remaining: float | None,
-           should_stop: Callable[[], bool] | None) -> Tuned:
+           should_stop: Callable[[], bool] | None) -> tuple[int, Tuned]:
+    """Task `i`'s round of `grant` evaluations, by the method its entrants choose; which that was
+    and what it gave."""
     task = tune.tasks[i]
     spec = next(s for s in tune.specs if s.name == task.kernel)
+    chosen = next_entrant(tune.entrants[task.kernel])
+    entrant = tune.entrants[task.kernel][chosen]
     before = tune.spent
 
     def forward(event: BuildEvent) -> None:
         if event.kind == "progress" and event.evaluations is not None:
-            spent = before + max(0, event.evaluations - task.inherited - task.evaluations)
-            tune.emit(TuneEvent("progress", event.message, spent, tune.budget, time.monotonic() - tune.started,
-                                tune.time_limit_s))
+            spent = before + max(0, event.evaluations - entrant.logged)
+            tune.emit(TuneEvent("progress", f"{entrant.method}: {event.message}", spent, tune.budget,
+                                time.monotonic() - tune.started, tune.time_limit_s))
 
     options = tune.options
     try:
-        tuning = KernelTuneOptions(options.method, task.inherited + task.evaluations + grant, graph=options.graph,
-                                   target=options.target, seed=options.seed, time_limit_s=remaining,
-                                   final_min_time_s=options.min_time_s, checkpoint=options.checkpoint)
+        tuning = KernelTuneOptions(entrant.method, entrant.logged + grant, graph=options.graph, target=options.target,
+                                   seed=options.seed, time_limit_s=remaining, final_min_time_s=options.min_time_s,
+                                   checkpoint=options.checkpoint)
         plan = TuningPlan(tune.out, tuning)
-        return tune_kernel(spec, plan, runner, forward, should_stop)
+        return chosen, tune_kernel(tune.start_of(spec, entrant.method), plan, runner, forward, should_stop)
     except (LibraryError, ValueError) as error:
         raise TuneError(f"{tune.model}: error: tuning kernel {spec.name}: {error}") from None
 
 
-def _absorb(tune: _Tune, i: int, tuned: Tuned) -> None:
-    """Task `i` after its round gave `tuned`."""
+def _absorb(tune: _Tune, i: int, chosen: int, tuned: Tuned) -> None:
+    """Task `i` after its round by its entrant `chosen` gave `tuned`."""
     task = tune.tasks[i]
-    spent = max(0, tuned.evaluations - task.inherited - task.evaluations)
+    entrants = list(tune.entrants[task.kernel])
+    entrant = entrants[chosen]
+    spent = max(0, tuned.evaluations - entrant.logged)
     tune.spent += spent
-    if tuned.time_s is not None:  # the round chose it over the others it measured at the same time
+    entrants[chosen] = entrant.after_round(entrant.logged + spent, tuned.time_s)
+    tune.entrants[task.kernel] = tuple(entrants)
+    best = tune.best.get(task.kernel)
+    # a round measures its method's best few and the heuristic pass's program again, so its choice
+    # replaces those; another method's program stays unless this one is faster
+    if tuned.time_s is not None and (best is None or best.method in (tuned.method, "heuristic") or best.time_s is None
+                                     or tuned.time_s < best.time_s):
         tune.best[task.kernel] = tuned
-    tune.tasks[i] = task = task.after_round(tuned.time_s, spent)
-    tune.rounds.append({"kernel": task.kernel, "evaluations": spent, "best_s": task.best_s})
+    task = replace(task.after_round(tuned.time_s, spent), done=all(e.exhausted for e in entrants))
+    tune.tasks[i] = task
+    tune.rounds.append({"kernel": task.kernel, "method": entrant.method, "evaluations": spent,
+                        "best_s": task.best_s})
     estimate = estimated_model_s(tune.tasks, tune.rest_s())
-    tune.tell("round", f"{task.kernel}: {spent} evaluations, best {format_time(task.best_s)} "
+    tune.tell("round", f"{task.kernel}: {entrant.method}, {spent} evaluations, best {format_time(task.best_s)} "
                        f"({task.history[0] / task.best_s:.2f}x its heuristic); model about {format_time(estimate)}")
 
 
@@ -495,16 +537,26 @@ def _slower(tune: _Tune, before: ModelProfile, after: ModelProfile) -> list[str]
             and k.kernel in then and k.time_s > then[k.kernel]]
 
 
+def _made_by(tune: _Tune, kernel: str) -> str:
+    """The method whose program the library holds for `kernel`."""
+    best = tune.best[kernel]
+    return "heuristic" if best.moves == tune.heuristic[kernel].moves else best.method
+
+
 def _summary(tune: _Tune, before: ModelProfile, after: ModelProfile, reverted: Sequence[str]) -> str:
     assert tune.initial is not None
     options = tune.options
     how = options.method + (f" ({options.graph} graph)" if options.method in SEARCHES else "")
+    if options.method == AUTO:
+        how += f" (sa on the {options.graph} graph against the agent continuing the heuristic pass's program)"
+    elif options.method == AGENT:
+        how += " (continuing the heuristic pass's program)"
     budget = "" if tune.budget is None else f" of {tune.budget}"
     lines = [f"{before.model}: {how}, {tune.spent}{budget} evaluations in {len(tune.rounds)} rounds, "
              f"{tune.elapsed_s:.0f} s in all",
              f"model time: {format_time(before.total_s)} with the heuristic library -> {format_time(after.total_s)} "
              f"tuned: {before.total_s / after.total_s:.2f}x (medians of {options.repeats} runs of each, in turn)"]
-    rows = [("kernel", "share", "evaluations", "rounds", "before", "after", "speedup")]
+    rows = [("kernel", "share", "evaluations", "rounds", "program", "before", "after", "speedup")]
     shares = {k.kernel: k.share for k in tune.initial.kernels}  # what the rounds were given by
     then = {k.kernel: k for k in before.kernels}
     now = {k.kernel: k for k in after.kernels}
@@ -513,7 +565,8 @@ def _summary(tune: _Tune, before: ModelProfile, after: ModelProfile, reverted: S
             continue
         was, new = then[task.kernel].time_s, now[task.kernel].time_s
         rows.append((task.kernel, f"{shares.get(task.kernel, 0.0):.1%}", str(task.evaluations), str(task.rounds),
-                     format_time(was), format_time(new), f"{was / new:.2f}x" if new > 0 else ""))
+                     _made_by(tune, task.kernel), format_time(was), format_time(new),
+                     f"{was / new:.2f}x" if new > 0 else ""))
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     lines += ["  ".join(cell.ljust(w) if c == 0 else cell.rjust(w)
                         for c, (cell, w) in enumerate(zip(row, widths, strict=True))) for row in rows]

@@ -35,7 +35,6 @@ class Task:
     reference_s: float  # its own time (the tuner's) when last profiled
     history: tuple[float, ...]  # its best own time after each round, the first when first profiled
     evaluations: int = 0  # spent on it so far
-    inherited: int = 0  # evaluations its search's log held before its first round (the heuristic pass's)
     rounds: int = 0
     done: bool = False
 

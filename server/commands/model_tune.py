@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from agent.methods import GRAPH, GRAPHS, METHODS
+from libgen.onnx.race import AUTO
 
 from .shared import CommandError, add_input_shape_option, input_shapes
 from .tune import AGENT_CHECKPOINT_HELP, GRAPH_HELP
@@ -25,7 +26,9 @@ def add_tune_parser(model_commands: argparse._SubParsersAction) -> None:
     tune.add_argument("--budget", type=int, metavar="N", help="evaluations of the searches, over all the kernels "
                       "(default: 20 per kernel, unless --time-limit is given)")
     tune.add_argument("--time-limit", type=float, metavar="S", help="stop starting rounds S seconds after the start")
-    tune.add_argument("--method", default="sa", choices=METHODS, help="how each kernel is searched (default: sa)")
+    tune.add_argument("--method", default=AUTO, choices=(AUTO, *METHODS),
+                      help="how each kernel is searched (default: auto, the faster on each kernel of sa and the "
+                      "agent continuing the heuristic pass's program)")
     tune.add_argument("--graph", default=GRAPH, choices=GRAPHS, help=GRAPH_HELP)
     tune.add_argument("--seed", type=int, default=0, metavar="S")
     tune.add_argument("--checkpoint", metavar="PATH", help=AGENT_CHECKPOINT_HELP)

@@ -18,6 +18,7 @@ import pytest
 from agent.evaluate import read_log
 from libgen.onnx import model_tune
 from libgen.onnx.model_tune import TuneError, TuneOptions, tune_model
+from libgen.onnx.race import Entrant, next_entrant
 from libgen.onnx.profile import KernelTime, ModelProfile, PartTime
 from tests.onnx.test_model_profile import mlp_topk
 from tests.onnx.test_model_run import dojo, expected
@@ -61,7 +62,7 @@ def search_evaluations(out: Path) -> dict[str, list[str]]:
     return found
 
 
-OPTIONS = TuneOptions(round_size=2, min_time_s=0.0, repeats=1)
+OPTIONS = TuneOptions(method="sa", round_size=2, min_time_s=0.0, repeats=1)  # the race's tests are further down
 
 
 def test_the_budget_is_respected_and_goes_mostly_to_the_slowest_kernel(model: Path, tmp_path: Path,
@@ -145,6 +146,48 @@ def test_no_round_starts_after_the_time_limit(model: Path, tmp_path: Path, profi
     assert result.spent == 0 and result.budget is None
     assert json.loads((out / "tune.json").read_text())["rounds"] == []
     assert (out / "manifest.json").exists() and "0 evaluations in 0 rounds" in result.summary
+
+
+def test_a_race_gives_each_contender_a_round_then_the_kernel_to_the_faster(model: Path, tmp_path: Path,
+                                                                           profiled: None) -> None:
+    out = tmp_path / "lib"
+    result = tune_model(model, out, budget=12, options=replace(OPTIONS, method="auto"), runner=FakeRunner())
+    state = json.loads((out / "tune.json").read_text())
+    rounds = [r["method"] for r in state["rounds"] if r["kernel"] == "matmul"]
+    assert rounds[:2] == ["sa", "agent"] and len(rounds) >= 4
+    entrants = {e["method"]: e for e in state["entrants"]["matmul"]}
+    leader = min(entrants.values(), key=lambda e: e["best_s"])["method"]
+    assert set(rounds[2:]) == {leader}  # neither ran out of programs, so the leader kept the kernel
+    # the agent went on from the heuristic pass's program, the annealing from the spec
+    agent_header, agent_evaluations = read_log(out / "logs" / "matmul.agent.pass.jsonl")
+    assert agent_header["prefix"] == state["heuristic"]["matmul"]["moves"]
+    assert entrants["agent"]["logged"] == sum(1 for e in agent_evaluations if e.index > 0)
+    # the budget counts both contenders' evaluations, and the library holds the faster one's program
+    searched = sum(map(len, search_evaluations(out).values())) + sum(
+        sum(1 for e in read_log(log)[1] if e.index > 0) for log in (out / "logs").glob("*.agent.pass.jsonl"))
+    assert result.spent == searched == 12
+    best = state["best"]["matmul"]
+    assert best["time_s"] <= min(e["best_s"] for e in entrants.values())
+    assert "sa on the heuristic graph against the agent" in result.summary
+
+
+def test_the_next_round_goes_to_an_untried_contender_then_to_the_fastest_with_programs_left() -> None:
+    assert next_entrant((Entrant("sa", 5, 1e-3, 1), Entrant("agent"))) == 1
+    assert next_entrant((Entrant("sa", 5, 1e-3, 1), Entrant("agent", 8, 2e-3, 1))) == 0
+    assert next_entrant((Entrant("sa", 5, 3e-3, 1), Entrant("agent", 8, 2e-3, 1))) == 1
+    assert next_entrant((Entrant("sa", 5, 1e-3, 2, exhausted=True), Entrant("agent", 8, 2e-3, 1))) == 1
+    assert next_entrant((Entrant("sa", 5, None, 1), Entrant("agent", 8, 2e-3, 1))) == 1  # nothing that ran
+    assert Entrant("sa", 5, 1e-3, 1).after_round(5, 2e-3) == Entrant("sa", 5, 1e-3, 2, exhausted=True)
+    assert Entrant("sa", 5, 1e-3, 1).after_round(9, 5e-4) == Entrant("sa", 9, 5e-4, 2)
+
+
+def test_a_tune_by_another_version_is_named_not_misread(model: Path, tmp_path: Path, profiled: None) -> None:
+    out = tmp_path / "lib"
+    tune_model(model, out, budget=2, options=OPTIONS, runner=FakeRunner())
+    state = json.loads((out / "tune.json").read_text())
+    (out / "tune.json").write_text(json.dumps({**state, "format": 1}))
+    with pytest.raises(TuneError, match="another version of PerfDojo"):
+        tune_model(model, out, budget=4, options=OPTIONS, runner=FakeRunner(), resume=True)
 
 
 def test_the_progress_is_a_bar_on_a_terminal_and_lines_otherwise(capsys: pytest.CaptureFixture[str]) -> None:
