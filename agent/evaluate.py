@@ -249,8 +249,13 @@ class Evaluator:
     # -- the log --------------------------------------------------------------------------------
 
     def header(self) -> dict[str, Any]:
-        """The log's first line: the spec, the moves before the start, the target and `source`."""
-        return {"spec": to_text(self.spec), "prefix": self.prefix, "target": self.target, **self.source}
+        """The log's first line: the spec, the moves before the start, the target, `source`, and the
+        facts of the machine that timed the programs when the runner knows them (a local runner
+        does; a remote one's machine is not this one), which the cost model reads its times by."""
+        facts = getattr(self.runner, "machine_facts", None)
+        machine = facts(self.target) if facts is not None else None
+        return {"spec": to_text(self.spec), "prefix": self.prefix, "target": self.target, **self.source,
+                **({"machine": machine} if machine else {})}
 
     def resume(self, log: Path) -> int:
         """Restore the cache, the count and the best program from `log` (written by an evaluator

@@ -65,7 +65,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from math import prod
 from pathlib import Path
 from typing import Any
@@ -251,6 +251,22 @@ class LocalRunner:
         self._cancelled = False
         self._running: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
+
+    def machine_facts(self, target: str) -> dict[str, Any] | None:
+        """What the programs this runner times for `target` run on, for the logs that keep their
+        times: this machine's measured limits (`runner.roofline.machine_limits`, measured once and
+        cached for the machine), the target's vector width and one core's data caches. None when
+        the limits cannot be measured."""
+        from .roofline import MachineError, machine_limits
+
+        try:
+            machine = machine_limits()
+        except MachineError:
+            return None
+        chosen = get_target(target)
+        caches = chosen.caches
+        return {**asdict(machine), "vector_bytes": chosen.vector_bytes, "l1d": caches.l1d, "l2": caches.l2,
+                "l3": caches.l3}
 
     def cancel(self) -> None:
         """Kill the harness under way, if any, and run nothing more (see the module's docstring)."""

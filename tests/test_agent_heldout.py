@@ -20,13 +20,16 @@ if str(ROOT) not in sys.path:
 
 from bench.agent_heldout import (  # noqa: E402
     CONTINUING,
+    REAL_KERNELS,
     SEARCHES,
+    against_the_pass,
     bars,
     best_within,
     continuing,
     load_run,
     policy_hash,
     run_and_save,
+    spec_of,
 )
 
 
@@ -97,6 +100,27 @@ def test_the_continuing_bar_compares_the_agent_from_the_heuristic_program_with_s
     assert "| k | 1.67x | 2.00x | 2.86x | 0.700 |" in lines
     times["j"][CONTINUING, 40] = 1.1  # one kernel more than 5% slower than sa:heuristic fails the bar
     assert "**not met**" in "\n".join(continuing(time_of, remeasured, ["k", "j"])[0])
+
+
+def test_the_real_model_bar_compares_the_agent_at_60_with_the_heuristic_pass_and_sa() -> None:
+    times = {"k": {("agent", 60): 1.0, ("sa", 60): 2.0}, "j": {("agent", 60): 2.0, ("sa", 60): 2.0}}
+    passes = {"k": 0.95, "j": 1.4}
+
+    def time_of(kernel: str, method: str, budget: int) -> float:
+        return times[kernel][method, budget]
+
+    lines, ratios = against_the_pass(time_of, passes.get, ["k", "j"])
+    assert "0.815 in geometric mean, 0.700 at worst (j); its time over sa's at 60: 0.707: **met**" in lines[0]
+    passes["j"] = 0.9  # the agent at under half the heuristic pass's speed-up on one kernel fails the bar
+    assert "0.450 at worst (j)" in against_the_pass(time_of, passes.get, ["k", "j"])[0][0]
+    assert "**not met**" in against_the_pass(time_of, passes.get, ["k", "j"])[0][0]
+
+
+def test_the_real_model_kernels_are_kernels_of_models_as_imported() -> None:
+    assert {"resnet50_strided_pointwise", "shufflenet_depthwise", "minilm_attention_scores"} <= set(REAL_KERNELS)
+    for name, path in REAL_KERNELS.items():
+        spec = spec_of(name)
+        assert spec.name == name and path.read_text().startswith("# From ")
 
 
 def test_a_continuing_run_is_saved_and_read_back_with_its_moves_from_the_spec(tmp_path: Path) -> None:

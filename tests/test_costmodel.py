@@ -247,6 +247,35 @@ def test_a_library_log_without_its_first_line_is_read_with_the_spec_beside_the_l
     assert [(g.name, g.method, len(g)) for g in groups] == [("relu", "sa.heuristic", 2)]
 
 
+def test_a_log_is_read_against_the_machine_that_timed_it_when_its_first_line_says(tmp_path: Path) -> None:
+    spec = load(KERNELS["softmax"].small())
+    one = ["parallelize_scope(op=e, depth=0)"]
+    records = [evaluation(0, [], spec, 3e-6), evaluation(1, one, played(spec, *one), 1e-6)]
+    other = replace(HOST, peak_flops=3e12, cores=64, l1d=32 << 10, l2=1 << 20)
+    header = {"spec": to_text(spec), "prefix": [], "target": "native", "method": "sa",
+              "machine": {"cpu": "elsewhere", "peak_flops": other.peak_flops, "bandwidth_Bps": other.bandwidth_Bps,
+                          "cores": other.cores, "fma_in_flight": 8, "vector_bytes": other.vector_bytes,
+                          "l1d": other.l1d, "l2": other.l2, "l3": other.l3}}
+    write_log(tmp_path / "timed_there.jsonl.gz", header, records)
+    write_log(tmp_path / "bad_facts.jsonl.gz", {**header, "machine": {"cores": "many"}}, records)
+    there, bad = read_group(tmp_path / "timed_there.jsonl.gz", HOST), read_group(tmp_path / "bad_facts.jsonl.gz", HOST)
+    assert np.array_equal(there.features[1], features(played(spec, *one), other, one))
+    assert not np.array_equal(there.features[1], features(played(spec, *one), HOST, one))
+    assert np.array_equal(bad.features[1], features(played(spec, *one), HOST, one))  # read as the reader's
+
+
+def test_a_local_runners_log_records_the_machine_it_timed_on(tmp_path: Path) -> None:
+    from agent.evaluate import Evaluator, read_log
+    from runner.local import LocalRunner
+
+    log = tmp_path / "relu.jsonl"
+    Evaluator(load(KERNELS["relu"].small()), runner=LocalRunner(tmp_path), log=log, budget=0).evaluate([])
+    header, _ = read_log(log)
+    facts = header["machine"]
+    assert Host.from_facts(facts).cores == facts["cores"] >= 1 and facts["peak_flops"] > 0
+    assert facts["l1d"] > 0 and facts["vector_bytes"] in (16, 32, 64)
+
+
 # -- rating moves -----------------------------------------------------------------------------
 
 

@@ -13,7 +13,10 @@ then those of the program that was timed. A log older than its first line names 
 `dojo library build` wrote (`LIB/logs/NAME.METHOD.GRAPH.jsonl`) has it beside the library's
 kernel as `LIB/NAME.spec.dojo`, and is read with it when the hashes say so.
 
-One log is one group: one spec, one target, one machine, one run, so that times in it compare. A
+One log is one group: one spec, one target, one machine, one run, so that times in it compare. Its
+features are normalised by the facts of the machine that timed it, which a local runner's logs
+record in their first line (peak, bandwidth, cores, vector width, caches); a log without them
+(older, or timed by a remote runner) is read as if timed on the reader's `host`. A
 failed or unverified evaluation (`ok` false, no time) is left out: the model orders programs that
 run. Unlike the agent's experience (`agent.perfllm.experience`), logs of the heuristic graph are
 read too: the model learns what programs cost, not which moves the expert chose, so the expert's
@@ -117,6 +120,7 @@ def read_group(path: Path, host: Host) -> Group | None:
     if spec is None:
         return None
     prefix = tuple(header.get("prefix", ())) if header else ()
+    host = _host_of(header, host)
     replayer = _Replayer(spec)
     kept_moves, rows, times = [], [], []
     for evaluation in evaluations:
@@ -135,6 +139,14 @@ def read_group(path: Path, host: Host) -> Group | None:
     method = header.get("method", "") if header else ".".join(path.name.split(".")[1:3])
     return Group(str(path), text_hash(spec), spec.name, header.get("target", "native") if header else "native",
                  method, tuple(kept_moves), np.stack(rows).astype(np.float32), np.asarray(times, dtype=np.float64))
+
+
+def _host_of(header: dict | None, host: Host) -> Host:
+    """The machine that timed a log's programs as its first line records it, else `host`."""
+    try:
+        return Host.from_facts(header["machine"]) if header and "machine" in header else host
+    except (KeyError, TypeError, ValueError):  # a record that is not one: the reader's own machine
+        return host
 
 
 def read_groups(paths: Iterable[Path], host: Host) -> list[Group]:

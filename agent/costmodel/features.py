@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from math import prod
+from typing import Any
 
 import numpy as np
 
@@ -78,6 +80,16 @@ class Host:
         bandwidth = machine.bandwidth_Bps if machine else cores * 10e9
         caches = target.caches
         return cls(peak, bandwidth, cores, target.vector_bytes, caches.l1d, caches.l2, caches.l3)
+
+    @classmethod
+    def from_facts(cls, facts: Mapping[str, Any]) -> Host:
+        """The facts a log's first line holds (`LocalRunner.machine_facts`). Raises KeyError,
+        TypeError or ValueError for a record that is not one."""
+        host = cls(float(facts["peak_flops"]), float(facts["bandwidth_Bps"]), int(facts["cores"]),
+                   int(facts["vector_bytes"]), int(facts["l1d"]), int(facts["l2"]), int(facts["l3"]))
+        if min(host.peak_flops, host.bandwidth_Bps, host.cores, host.vector_bytes, host.l1d) <= 0:
+            raise ValueError(f"machine facts that are not positive: {host}")
+        return host
 
 
 def _log2(x: float) -> float:

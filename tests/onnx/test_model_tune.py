@@ -18,8 +18,8 @@ import pytest
 from agent.evaluate import read_log
 from libgen.onnx import model_tune
 from libgen.onnx.model_tune import TuneError, TuneOptions, tune_model
-from libgen.onnx.race import Entrant, next_entrant
 from libgen.onnx.profile import KernelTime, ModelProfile, PartTime
+from libgen.onnx.race import Entrant, next_entrant
 from tests.onnx.test_model_profile import mlp_topk
 from tests.onnx.test_model_run import dojo, expected
 from tests.test_agent_search import FakeRunner
