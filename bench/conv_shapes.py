@@ -48,8 +48,9 @@ from bench.onnx_models import dojo, rounds  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
 from libgen.onnx import channels_last, depthwise  # noqa: E402
 from libgen.onnx.importer import import_model, write_import  # noqa: E402
-from libgen.onnx.run import ModelRunner, all_cores, cores  # noqa: E402
+from libgen.onnx.run import ModelRunner  # noqa: E402
 from libgen.peers import machine_lock  # noqa: E402
+from runner.affinity import cores, on_cpus  # noqa: E402
 from runner.roofline import machine_record, peak_flops  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -168,7 +169,7 @@ def bench_case(name: str, out: Path, target: str, count: int, repeats: int) -> d
     runners = {f: library(path, out, f, target) for f in forms}
     options = ort.SessionOptions()
     options.intra_op_num_threads = cores()
-    with all_cores():
+    with on_cpus():
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     feeds = {"x": x}
     (expected,) = session.run(None, feeds)

@@ -34,7 +34,8 @@ import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
 from bench.onnx_models import build, rounds  # noqa: E402
-from libgen.onnx.run import ModelRunner, _LibraryStep, all_cores, cores  # noqa: E402
+from libgen.onnx.run import ModelRunner, _LibraryStep  # noqa: E402
+from runner.affinity import cores, on_cpus  # noqa: E402
 
 OUT = ROOT / "build" / "exporters"
 TOKENS = 128
@@ -70,7 +71,7 @@ def measure(path: Path, count: int) -> dict:
     runner = ModelRunner(path, build(path, OUT, fuse=False, budget=1), fuse=False)
     options = ort.SessionOptions()
     options.intra_op_num_threads = cores()
-    with all_cores():
+    with on_cpus():
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     mask = np.ones((1, TOKENS), np.int64)
     mask[0, 100:] = 0

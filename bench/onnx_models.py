@@ -42,8 +42,9 @@ import onnx  # noqa: E402
 import onnx_models  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
-from libgen.onnx.run import ModelRunner, all_cores, cores  # noqa: E402
+from libgen.onnx.run import ModelRunner  # noqa: E402
 from libgen.peers import machine_lock  # noqa: E402
+from runner.affinity import cores, on_cpus  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 MODELS = ("encoder", "conv_block")
@@ -97,7 +98,7 @@ def bench_model(name: str, out: Path, quick: bool, count: int, repeats: int, bud
     runners = {fuse: ModelRunner(model, library, fuse=fuse) for fuse, library in libraries.items()}
     options = ort.SessionOptions()
     options.intra_op_num_threads = cores()
-    with all_cores():  # its threads on every core, though the libraries' OpenMP pinned this thread to one
+    with on_cpus():  # its threads on every core, though the libraries' OpenMP pinned this thread to one
         session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
     graph_input = session.get_inputs()[0]
     x = np.random.default_rng(1).standard_normal(graph_input.shape).astype(np.float32)

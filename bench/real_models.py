@@ -48,8 +48,9 @@ import onnxruntime as ort  # noqa: E402
 
 from bench.onnx_models import rounds  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
-from libgen.onnx.run import ModelRunner, all_cores, cores  # noqa: E402
+from libgen.onnx.run import ModelRunner  # noqa: E402
 from libgen.peers import machine_lock  # noqa: E402
+from runner.affinity import cores, on_cpus  # noqa: E402
 from runner.roofline import peak_flops  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -178,7 +179,7 @@ def measure(name: str, model_path: Path, libraries: dict[str, str], args: argpar
                for run, library in libraries.items()}
     options = ort.SessionOptions()
     options.intra_op_num_threads = cores()
-    with all_cores():  # its threads on every core, though the libraries' OpenMP pinned this thread to one
+    with on_cpus():  # its threads on every core, though the libraries' OpenMP pinned this thread to one
         session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
     feeds = inputs_of(name, model)
     expected = session.run(None, feeds)

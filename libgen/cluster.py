@@ -11,8 +11,8 @@ many free, and the task, on that node:
 
 - claims `cores` of the node's CPUs that no other evaluation holds (an exclusive `flock` on
   `claim.cpuN.lock` in the runner's cache directory, tried in ascending order; a lock goes with
-  the process that held it, so a killed worker frees its CPUs), and pins itself to them
-  (`os.sched_setaffinity`): the compiler and the timed binary it starts run there;
+  the process that held it, so a killed worker frees its CPUs), and runs on them
+  (`runner.affinity.on_cpus`): the compiler and the timed binary it starts run there;
 - runs `runner.local.LocalRunner.run`, which gives OpenMP those CPUs only and, while timing,
   holds the timing locks of exactly those CPUs: two evaluations on one machine time in parallel
   on their own cores and never on the same ones (runner/local.py).
@@ -32,7 +32,6 @@ whole nodes, ask for as many cores as a node has.
 from __future__ import annotations
 
 import fcntl
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,6 +43,7 @@ from typing import Any
 
 from dojo_ir import Program, load, to_text
 from dojo_ir.paths import without_comments
+from runner.affinity import CPUS, on_cpus
 from runner.local import LocalRunner
 from runner.result import RunResult
 
@@ -51,8 +51,6 @@ from .kernels import LibraryError
 
 RETRIES = 3
 _CLAIM_WAIT_S = 0.05
-# this process's CPUs before any evaluation pinned it: the node's CPUs when it is a Ray worker
-_NODE_CPUS = tuple(sorted(os.sched_getaffinity(0)))
 _runner: LocalRunner | None = None
 
 
@@ -60,7 +58,7 @@ def _claim(count: int, directory: Path) -> list[tuple[int, TextIOWrapper]] | Non
     """`count` CPUs of the node that no other evaluation holds, each with its held lock; None
     when there are not that many free now."""
     held = []
-    for cpu in _NODE_CPUS:
+    for cpu in sorted(CPUS):
         handle = open(directory / f"claim.cpu{cpu}.lock", "a")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -79,17 +77,16 @@ def _claim(count: int, directory: Path) -> list[tuple[int, TextIOWrapper]] | Non
 def pinned(count: int, directory: Path) -> Iterator[tuple[int, ...]]:
     """Run on `count` CPUs of this node that no other evaluation holds (waiting for them), and
     give them back afterwards."""
-    if count > len(_NODE_CPUS):
-        raise ValueError(f"an evaluation asks for {count} cores, but this node has {len(_NODE_CPUS)}")
+    if count > len(CPUS):
+        raise ValueError(f"an evaluation asks for {count} cores, but this node has {len(CPUS)}")
     directory.mkdir(parents=True, exist_ok=True)
     while (held := _claim(count, directory)) is None:
         time.sleep(_CLAIM_WAIT_S)
     cpus = tuple(cpu for cpu, _ in held)
-    os.sched_setaffinity(0, cpus)
     try:
-        yield cpus
+        with on_cpus(cpus):
+            yield cpus
     finally:
-        os.sched_setaffinity(0, _NODE_CPUS)
         for _, handle in held:
             handle.close()
 

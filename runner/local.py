@@ -37,12 +37,12 @@ finish (within the time limit); nothing runs after it.
 
 Noise. Benchmarks never overlap on the same cores: a timed run holds an exclusive `flock` on
 `bench.cpuN.lock` in the cache directory for each CPU N of its affinity set
-(`os.sched_getaffinity`), taken in ascending order, and a shared one on `bench.lock`, which
+(`runner.affinity.assigned`), taken in ascending order, and a shared one on `bench.lock`, which
 whatever needs the whole machine (the roofline, the peers of bench/) takes exclusively. So a
 process pinned to CPU 0 and one pinned to CPU 1 (two workers of `dojo library build --ray`, see
 libgen/cluster.py) time in parallel, while a run on both CPUs waits for both. Compiles and
 reference runs take no lock, so they may overlap a benchmark; runners that share a machine should
-share the cache directory. OpenMP gets the target's cores among the CPUs of the affinity set, at
+share the cache directory. OpenMP gets the target's cores among those CPUs, at
 most one thread per CPU, each thread bound to its own CPU (OMP_NUM_THREADS, OMP_PROC_BIND=true,
 OMP_PLACES listing those CPUs) so that threads do not migrate between repetitions. Warm-up and the median
 take care of cold caches and outliers; slow spells of the host longer than a few repetitions need
@@ -79,6 +79,7 @@ from dojo_ir import DojoError, Program, interpret, random_inputs, to_text
 from dojo_ir.paths import map_ops, without_comments
 from dojo_ir.tree import Access, Binary, Buffer, Call, Expr, Node, Op, Ref, Scope, Unary, walk_ops
 
+from .affinity import assigned, on_cpus
 from .files import exclusive
 from .result import RunResult
 from .verify import compare, decode, encode, interface
@@ -312,7 +313,7 @@ class LocalRunner:
         with tempfile.TemporaryDirectory(prefix="dojo-run-") as work:
             given = Path(work) / "inputs.bin"
             os.link(inputs.file, given)  # this run's own name for it, which evicting the file leaves
-            with timing_lock(self.cache_dir, os.sched_getaffinity(0)):
+            with timing_lock(self.cache_dir, assigned()):
                 outcome = self._execute(binary.path, chosen, program, given, Path(work) / "outputs.bin",
                                         repeats, warmup)
             if outcome.error is not None:
@@ -369,14 +370,16 @@ class LocalRunner:
         if target.language == "c":
             address_space = self.memory_limit_bytes + (EMULATOR_HEADROOM if target.launcher else 0)
             limits += f" && ulimit -v {address_space // 1024}"
-        environment = os.environ | openmp_environment(target, os.sched_getaffinity(0))
+        cpus = assigned()
+        environment = os.environ | openmp_environment(target, cpus)
         # the shell sets the limits and then becomes the harness, so no Python runs between fork and exec
         with self._lock:
             if self._cancelled:
                 return _Outcome(None, (), CANCELLED)
-            process = subprocess.Popen(["/bin/sh", "-c", f'{limits} && exec "$@"', "sh", *command],
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       env=environment, cwd=given.parent, start_new_session=True)
+            with on_cpus(cpus):  # else the harness inherits this thread's affinity, which OpenMP may have narrowed
+                process = subprocess.Popen(["/bin/sh", "-c", f'{limits} && exec "$@"', "sh", *command],
+                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           env=environment, cwd=given.parent, start_new_session=True)
             self._running.add(process)
         try:
             stdout, stderr = process.communicate(timeout=self.time_limit_s)

@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+import runner.affinity  # noqa: F401  (the process's CPUs, read before anything loads OpenMP)
 from dojo_ir.collector import for_long_kernels
 
 from .commands import agent, costmodel, importing, library, model, moves, program, run, tune

@@ -37,11 +37,12 @@ from typing import Any
 import numpy as np
 
 from codegen.build import default_cache_dir
+from runner.affinity import assigned, on_cpus
 from runner.local import timing_lock
 from runner.result import format_time
 from runner.roofline import Machine, MachineError, bound_s, machine_limits, work
 
-from .run import CORES, Info, ModelRunner, RunError, cores
+from .run import Info, ModelRunner, RunError
 from .shapes import parse_input_shapes
 
 DEFAULT_REPEATS = 20
@@ -154,7 +155,7 @@ def profile_models(runners: Sequence[ModelRunner], feeds: Mapping[str, np.ndarra
             machine = None  # no roofline: the times stand alone
     runs: list[list[list[float]]] = [[] for _ in runners]
     # as the runner times a kernel: no other timing of this project on these cores meanwhile
-    with timing_lock(default_cache_dir(), CORES or range(cores())):
+    with timing_lock(default_cache_dir(), assigned()):
         for runner in runners:
             runner.run_timed(feeds)
         for _ in range(repeats):
@@ -251,8 +252,9 @@ def profile_in_subprocess(model: Path, libraries: Sequence[Path], fuse: bool | N
     command = [sys.executable, "-m", "libgen.onnx.profile", str(model), *map(str, libraries), "--repeats", str(repeats),
                "--seed", str(seed), *([] if fuse is None else ["--fuse" if fuse else "--no-fuse"]), *shapes]
     path = os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))
-    done = subprocess.run(command, capture_output=True, text=True,
-                          env=BOUND_THREADS | os.environ | {"PYTHONPATH": path})
+    with on_cpus():  # else the child inherits this thread's affinity, which OpenMP may have narrowed to one core
+        done = subprocess.run(command, capture_output=True, text=True,
+                              env=BOUND_THREADS | os.environ | {"PYTHONPATH": path})
     if done.returncode != 0:
         raise RunError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else
                        f"profiling {model} failed (exit {done.returncode})")

@@ -25,10 +25,8 @@ own, so that `run` pays nothing for profiling.
 from __future__ import annotations
 
 import math
-import os
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ import onnx
 from onnx import numpy_helper
 
 from dojo_ir import load
+from runner.affinity import cores, on_cpus
 
 from ..manifest import arrays
 from ..runtime import Library, aligned_empty, read_manifest
@@ -63,8 +62,6 @@ from .plan import (
 
 RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
                     "Bernoulli"})  # never folded into constants
-# read when this module loads, before a library's OpenMP may pin the thread to one core
-CORES = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
 
 
 
@@ -223,7 +220,7 @@ class ModelRunner:
         # the library's kernels run between this session's calls: idle threads that spin would take their cores
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            with all_cores():
+            with on_cpus():  # its thread pool inherits the thread's affinity, which OpenMP may have narrowed
                 return ort.InferenceSession(sub.SerializeToString(), options, providers=["CPUExecutionProvider"])
         except Exception as error:  # ORT raises its own exception types, one per failure
             raise RunError(f"{self.model}: ONNX Runtime cannot run nodes "
@@ -378,24 +375,5 @@ def model_inputs(model: onnx.ModelProto, infos: Mapping[str, Info], name: str) -
 
 
 # -- arrays -----------------------------------------------------------------------------------------
-
-def cores() -> int:
-    """The cores this process may run on."""
-    return len(CORES) if CORES else os.cpu_count() or 1
-
-
-@contextmanager
-def all_cores() -> Iterator[None]:
-    """The calling thread allowed on every core of the process meanwhile: the threads ONNX Runtime
-    starts inherit its affinity, and OpenMP (OMP_PROC_BIND) pins it to one core once a library loads."""
-    if not CORES:
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, CORES)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
 
 

@@ -11,6 +11,7 @@ import argparse
 import logging
 import sys
 
+import runner.affinity  # noqa: F401  (the process's CPUs, read before anything loads OpenMP)
 from dojo_ir.collector import for_long_kernels
 
 
