@@ -137,6 +137,7 @@ class TuneResult:
     elapsed_s: float
     summary: str
     reverted: tuple[str, ...] = ()  # kernels whose tuned program ran slower in the model: the heuristic's kept
+    programs: tuple[tuple[str, str], ...] = ()  # (kernel, the method whose program the library holds)
 
     @property
     def speedup(self) -> float:
@@ -383,7 +384,7 @@ def _finished(tune: _Tune, state: dict[str, Any]) -> TuneResult | None:
     tune.tell("stage", f"{tune.model.name}: already tuned in {tune.out} with this budget and these options "
                        "(--resume with a larger budget goes on)")
     return TuneResult(tune.out, before, after, tuple(tune.tasks), tune.spent, tune.budget, tune.elapsed_s, text,
-                      reverted)
+                      reverted, _programs(tune))
 
 
 def _differences(old: Any, new: dict[str, Any]) -> str:
@@ -525,7 +526,7 @@ def _finish(tune: _Tune) -> TuneResult:
                "time_limit_s": tune.time_limit_s, "elapsed_s": round(tune.elapsed_s, 3), "before": before.to_json(),
                "after": after.to_json(), "reverted": reverted})
     return TuneResult(tune.out, before, after, tuple(tune.tasks), tune.spent, tune.budget, tune.elapsed_s,
-                      summary, tuple(reverted))
+                      summary, tuple(reverted), _programs(tune))
 
 
 def _slower(tune: _Tune, before: ModelProfile, after: ModelProfile) -> list[str]:
@@ -535,6 +536,10 @@ def _slower(tune: _Tune, before: ModelProfile, after: ModelProfile) -> list[str]
     then = {k.kernel: k.time_s for k in before.kernels}
     return [k.kernel for k in after.kernels if tune.best[k.kernel].moves != tune.heuristic[k.kernel].moves
             and k.kernel in then and k.time_s > then[k.kernel]]
+
+
+def _programs(tune: _Tune) -> tuple[tuple[str, str], ...]:
+    return tuple((name, _made_by(tune, name)) for name in tune.best)
 
 
 def _made_by(tune: _Tune, kernel: str) -> str:

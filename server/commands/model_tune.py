@@ -108,7 +108,8 @@ def cmd_model_tune(args: argparse.Namespace) -> int:
                           "speedup": result.speedup, "spent": result.spent, "budget": result.budget,
                           "elapsed_s": result.elapsed_s,
                           "kernels": [{"kernel": t.kernel, "evaluations": t.evaluations, "rounds": t.rounds,
-                                       "best_s": t.best_s, "heuristic_s": t.history[0]} for t in result.tasks],
+                                       "best_s": t.best_s, "heuristic_s": t.history[0],
+                                       "program": dict(result.programs).get(t.kernel)} for t in result.tasks],
                           "reverted": list(result.reverted)}))
     else:
         print(result.summary)

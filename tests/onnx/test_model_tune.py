@@ -169,6 +169,8 @@ def test_a_race_gives_each_contender_a_round_then_the_kernel_to_the_faster(model
     best = state["best"]["matmul"]
     assert best["time_s"] <= min(e["best_s"] for e in entrants.values())
     assert "sa on the heuristic graph against the agent" in result.summary
+    made_by = "heuristic" if best["moves"] == state["heuristic"]["matmul"]["moves"] else best["method"]
+    assert dict(result.programs)["matmul"] == made_by
 
 
 def test_the_next_round_goes_to_an_untried_contender_then_to_the_fastest_with_programs_left() -> None:
@@ -259,6 +261,7 @@ def test_the_tuned_library_runs_the_model_as_onnxruntime_does(tmp_path: Path) ->
     report = json.loads(done.stdout)
     assert report["spent"] <= 3 and report["budget"] == 3
     assert {k["kernel"] for k in report["kernels"]} == set(SHARES)
+    assert {k["program"] for k in report["kernels"]} <= {"heuristic", "sa", "agent"}
     assert "profiling on" in done.stderr and "the heuristic pass on each" in done.stderr
 
     rng = np.random.default_rng(0)
