@@ -14,5 +14,8 @@ METHODS = ("heuristic", "sa", "random", "greedy", "naive", AGENT)
 # research and for the agent, which always plays it.
 GRAPHS = ("heuristic", "edges")
 GRAPH = GRAPHS[0]
+# `dojo model tune`'s default method: on each kernel, a race between these (libgen/onnx/race.py)
+AUTO = "auto"
+CONTENDERS = ("sa", AGENT)
 # What needs nothing but a budget: the editor's `dojo.tune` offers these (the agent has commands of its own).
 TUNE_METHODS = tuple(m for m in METHODS if m != AGENT)

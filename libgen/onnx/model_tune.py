@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.evaluate import read_log, replay_moves, text_hash
-from agent.methods import AGENT, GRAPH, METHODS, SEARCHES
+from agent.methods import AGENT, AUTO, CONTENDERS, GRAPH, METHODS, SEARCHES
 from agent.tune import KernelTuneOptions
 from dojo_ir import to_text
 from dojo_ir.derivation import record
@@ -62,7 +62,7 @@ from ..cluster import Cluster
 from ..kernels import KernelSpec, LibraryError
 from ..manifest import Tuned, read_json, read_tuned, write_json
 from .profile import DEFAULT_REPEATS, ModelProfile, profile_in_subprocess
-from .race import AUTO, CONTENDERS, Entrant, next_entrant
+from .race import Entrant, next_entrant
 from .run import RunError
 from .schedule import Task, estimated_model_s, next_tasks
 

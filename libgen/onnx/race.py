@@ -13,11 +13,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from agent.methods import AGENT
-
-AUTO = "auto"
-CONTENDERS = ("sa", AGENT)
-
 
 @dataclass(frozen=True)
 class Entrant:

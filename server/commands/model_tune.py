@@ -8,8 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from agent.methods import GRAPH, GRAPHS, METHODS
-from libgen.onnx.race import AUTO
+from agent.methods import AUTO, GRAPH, GRAPHS, METHODS
 
 from .shared import CommandError, add_input_shape_option, input_shapes
 from .tune import AGENT_CHECKPOINT_HELP, GRAPH_HELP
