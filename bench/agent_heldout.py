@@ -319,7 +319,7 @@ def report(args: argparse.Namespace, argv: list[str] | None, specs: dict[str, Pr
              f"`{shown(args.runs)}` (finished {finished[0]} to {finished[-1]}, {search_min:.0f} min of searching; "
              f"{measured_s / 60:.0f} min of measuring again).{agent}", "",
              f"Machine: {machine()}.", "",
-             "Kernels at the library's quick shapes, none of them seen in training. Each method searched once per "
+             f"Kernels {shapes_said(kernels)}, none of them seen in training. Each method searched once per "
              f"seed ({', '.join(map(str, args.seeds))}) with {top} evaluations; each cell is the speed-up over the "
              "spec of the best program met within that many evaluations of that run, measured again, median over "
              "the seeds. `agent`, `random` and `sa` know nothing of the hardware; `sa:heuristic` starts from the "
@@ -355,6 +355,14 @@ def report(args: argparse.Namespace, argv: list[str] | None, specs: dict[str, Pr
         {f"{n}|{m}|{b}": time_of(n, m, b) for n in kernels for m, b in columns}
         | {f"{n}|spec": remeasured[n, ()] for n in kernels} | {"bars": ratios}, indent=1))
     print("\n".join(lines))
+
+
+def shapes_said(kernels: list[str]) -> str:
+    real = [k for k in kernels if k in REAL_KERNELS]
+    if not real:
+        return "at the library's quick shapes"
+    return ("as `dojo import` wrote them from their models (bench/agent_kernels/)" if len(real) == len(kernels) else
+            "at the library's quick shapes, and as imported from their models (bench/agent_kernels/)")
 
 
 def against_the_pass(time_of: Callable[[str, str, int], float], pass_time: Callable[[str], float],
