@@ -54,6 +54,37 @@ def test_cpus_assigned_on_purpose_are_what_runs_use_and_are_given_back() -> None
 
 
 @TWO_CPUS
+def test_the_runner_times_on_every_cpu_from_a_thread_narrowed_to_one(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from codegen.targets import get_target
+    from dojo_ir import load
+    from dojo_ir.library import KERNELS
+    from runner import local
+
+    spawned: list[tuple[str, set[int]]] = []
+    popen = subprocess.Popen
+
+    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        if "OMP_NUM_THREADS" in (kwargs.get("env") or {}):  # a timed or reference run, not the compiler
+            spawned.append((kwargs["env"]["OMP_NUM_THREADS"], os.sched_getaffinity(0)))
+        return popen(*args, **kwargs)
+
+    monkeypatch.setattr(local.subprocess, "Popen", recording)
+    results = []
+
+    def narrowed() -> None:
+        os.sched_setaffinity(0, {min(CPUS)})
+        results.append(local.LocalRunner(tmp_path).run(load(KERNELS["relu"].small()), repeats=2, warmup=0))
+
+    thread = threading.Thread(target=narrowed)
+    thread.start()
+    thread.join()
+    assert results and results[0].error is None
+    threads = str(min(len(CPUS), get_target("native").cores))
+    assert spawned and all(count == threads and cpus == set(CPUS) for count, cpus in spawned)
+
+
+@TWO_CPUS
 def test_pytorch_loaded_under_omp_proc_bind_leaves_the_runner_every_cpu() -> None:
     script = ("import os, runner.affinity as a; import torch; from runner.local import openmp_environment; "
               "from codegen.targets import get_target; import json; "

@@ -14,9 +14,9 @@
    its last round stopped (`tune_kernel`: the search retraces its logged evaluations at no cost).
    The search is `method`; by default (`auto`) a race between simulated annealing on the heuristic
    graph and the learned agent continuing the heuristic pass's program: each gets a round of the
-   kernel, then the kernel's rounds go to whichever found the faster program (`Entrant`), since
-   neither wins on every kernel (bench/results/agent_heldout.md). The agent always starts from the
-   heuristic pass's program here: that is the library the tune starts from. Between profiles a
+   kernel, then the kernel's rounds go to whichever found the faster program (libgen/onnx/race.py
+   says why). The agent always starts from the heuristic pass's program here: that is the library
+   the tune starts from. Between profiles a
    kernel's time in the model is its profiled time scaled by how much faster its own best program
    got; once those estimates say the model got `REPROFILE_GAIN` faster, the library is rebuilt and
    the model profiled again. The rounds stop when the budget (evaluations of the searches, over
@@ -263,7 +263,7 @@ class _Tune:
     def start_of(self, spec: KernelSpec, method: str) -> KernelSpec:
         """The kernel as `method`'s rounds search it: the agent continues the heuristic pass's
         program, the others start from the spec (the searches' graphs hold the pass's moves)."""
-        return replace(spec, prefix=self.heuristic[spec.name].moves) if method == AGENT else spec
+        return replace(spec, prefix=self.heuristic[spec.name].moves) if _continues(method) else spec
 
     def inherit(self, spec: KernelSpec, method: str) -> int:
         """Start `method`'s log of `spec` with the heuristic pass's evaluations, which a search
@@ -271,7 +271,7 @@ class _Tune:
         it got."""
         pass_log = search_log(self.out, spec.name, "heuristic")
         log = search_log(self.out, spec.name, method, self.options.graph if method in SEARCHES else "")
-        if not pass_log.exists() or self.start_of(spec, method).prefix:
+        if not pass_log.exists() or _continues(method):
             return 0
         if log != pass_log:  # with --method heuristic, the rounds go on in the pass's own log
             shutil.copy2(pass_log, log)
@@ -288,6 +288,11 @@ class _Tune:
         """The model's time that no kernel takes: ONNX Runtime's parts and the copies."""
         assert self.latest is not None
         return self.latest.total_s - sum(k.time_s for k in self.latest.kernels)
+
+
+def _continues(method: str) -> bool:
+    """Whether `method`'s rounds start from the heuristic pass's program rather than the spec."""
+    return method == AGENT
 
 
 def _record(out: Path, spec: KernelSpec) -> Tuned:

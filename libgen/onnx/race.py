@@ -27,7 +27,7 @@ class Entrant:
     exhausted: bool = False
 
     def after_round(self, logged: int, best_s: float | None) -> Entrant:
-        best = best_s if self.best_s is None or (best_s is not None and best_s < self.best_s) else self.best_s
+        best = min((t for t in (self.best_s, best_s) if t is not None), default=None)
         return replace(self, logged=logged, best_s=best, rounds=self.rounds + 1, exhausted=logged == self.logged)
 
 
