@@ -14,7 +14,8 @@ The directory, when done:
     manifest.json            the library's description (manifest.py)
 
 Every file is written atomically. Resuming: a kernel whose record has the same spec hash, target,
-method, budget, graph and seed (and derived-file moves) is not tuned again; otherwise its search
+method, budget, graph and seed (and derived-file moves) is not tuned again, nor, for a pass, while the
+pass still plays the recorded moves (a newer PerfDojo's pass rebuilds it); otherwise its search
 resumes from its log when the log is of the same starting program (`KernelTuneOptions.resume`, which
 retraces the search through the logged evaluations at no cost), else starts afresh. A kernel's
 record is written only when its tuning finished, so an interrupted build (Ctrl-C, `should_stop`,
@@ -36,6 +37,7 @@ from typing import Any
 
 from agent.evaluate import read_log, replay_moves, text_hash
 from agent.methods import SEARCHES
+from agent.passes import PASSES as PASS_FUNCTIONS
 from agent.tune import KernelTuneOptions, TuneProgress, tune
 from codegen.targets import get_target
 from dojo_ir import Program, to_text
@@ -133,8 +135,18 @@ class TuningPlan:
         record = read_tuned(self.record_path(spec))
         if record is None or record.key != self.key(spec) or record.moves[:len(spec.prefix)] != spec.prefix:
             return None
+        if self.tuning.method in PASS_FUNCTIONS:
+            return record if record.moves == self._pass_moves(spec) else None
         _, applied = replay_moves(spec.program, record.moves)
         return record if list(applied) == list(record.moves) else None
+
+    def _pass_moves(self, spec: KernelSpec) -> tuple[str, ...]:
+        """The moves the pass plays on `spec` now. A pass's record is reused only while they are
+        the same: the pass changes with PerfDojo, and rebuilding with a newer one must give its
+        programs, where a search's record is kept whatever changed (its budget is spent)."""
+        start, _ = replay_moves(spec.program, spec.prefix)
+        _, applied = replay_moves(start, PASS_FUNCTIONS[self.tuning.method](start, get_target(self.tuning.target)))
+        return (*spec.prefix, *applied)
 
     def tune(self, spec: KernelSpec, runner: Runner | None, emit: Callable[[BuildEvent], None],
              stop: Callable[[], bool]) -> Tuned:

@@ -165,9 +165,10 @@ def test_heuristic_reduces_whole_when_the_panel_fits() -> None:
 
 @pytest.mark.parametrize(("steps", "panel_row", "private", "block"), [
     (1024, 64, 1 << 20, 1024),  # AVX2's 2-vector panel: 64 KiB, all of k
-    (1024, 256, 1 << 20, 256),  # AVX-512's 4-vector panel: 64 KiB, what a thread's stack holds
+    (1024, 256, 1 << 20, 1024),  # AVX-512's 4-vector panel: 256 KiB, all of k
+    (4096, 256, 1 << 22, 2048),  # 512 KiB: what a thread's stack holds, in a 4 MiB private cache
     (1024, 64, 1 << 16, 512),  # half of a 64 KiB private cache
-    (1000, 256, 1 << 20, 250),  # the largest divisor that fits
+    (1000, 1024, 1 << 20, 500),  # the largest divisor that fits
     (7, 1 << 20, 1 << 18, 1),  # a panel row larger than the cache: one step per block
 ])
 def test_reduction_block_keeps_the_panel_packable_and_in_cache(steps, panel_row, private, block) -> None:

@@ -84,6 +84,26 @@ def test_another_shape_or_budget_is_tuned_again(tmp_path: Path) -> None:
     assert _log(log)[0]["hash"] != first[0]["hash"]
 
 
+def test_a_pass_record_is_kept_while_the_pass_plays_it_and_rebuilt_once_the_pass_changes(tmp_path: Path) -> None:
+    options = BuildOptions(KernelTuneOptions("heuristic", 1, final_min_time_s=0.01), name="lg_pass")
+    kernels = resolve(["softmax"], base="small")
+    build_library(kernels, tmp_path, options)
+    events: list[BuildEvent] = []
+    build_library(kernels, tmp_path, options, on_event=events.append)
+    assert [e.kind for e in events if e.kernel == "softmax"][0] == "skipped"
+
+    record_path = tmp_path / "kernels" / "softmax.json"
+    record = json.loads(record_path.read_text())
+    played = record["moves"]
+    assert played, "the heuristic pass plays moves on softmax"
+    # as an older PerfDojo's pass would have recorded it: one move fewer
+    record_path.write_text(json.dumps({**record, "moves": played[:-1]}))
+    events.clear()
+    build_library(kernels, tmp_path, options, on_event=events.append)
+    assert "skipped" not in [e.kind for e in events if e.kernel == "softmax"]
+    assert json.loads(record_path.read_text())["moves"] == played
+
+
 def test_the_command_line_stops_on_ctrl_c_and_goes_on_when_run_again(tmp_path: Path) -> None:
     out = tmp_path / "lib"
     command = [sys.executable, "-m", "server.cli", "library", "build", "softmax", "matmul", "--small", "--method",

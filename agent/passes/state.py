@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from math import prod
 
 from codegen.cvector import lane_use, vector_pieces
 from codegen.targets import Target, get_target
@@ -17,6 +18,14 @@ from dojo_ir.paths import without_comments
 from dojo_ir.tree import DTYPE_BYTES, Access, Op
 
 STACK_BYTES = CAPACITY["stack"]
+
+# The largest folded temporary the passes keep on each thread's stack. A larger one stays on the
+# heap, where the threads share it: its folded scope cannot be parallel, so the parallel scope is
+# found inside it. On the stack, ResNet-50's fused pairs of pointwise convolutions at 56x56 (a
+# 400 KB temporary each) ran their 8 blocks of channels in parallel, each thread streaming the
+# whole input, 20-45% slower than with their rows in parallel (bench/results/real_models.md's
+# libraries, profiled kernel by kernel).
+FOLDED_STACK_BYTES = 64 * 1024
 
 
 STREAMED_LOAD_COST = 2  # a vector from the private cache against a broadcast from the first level
@@ -101,7 +110,8 @@ def fuse_and_reuse(state: State) -> None:
 
 def to_stack(state: State) -> None:
     for buffer in state.program.buffers:
-        if buffer.location == "heap" and any(d.stored is not None for d in buffer.dims):
+        if buffer.location == "heap" and any(d.stored is not None for d in buffer.dims) \
+                and prod(buffer.storage_shape) * DTYPE_BYTES[buffer.dtype] <= FOLDED_STACK_BYTES:
             state.play(f"set_location(buffer={buffer.name}, location=stack)")
 
 
