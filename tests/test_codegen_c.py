@@ -37,6 +37,7 @@ from dojo_ir.analysis import Analysis
 from dojo_ir.fuzz import fuzz_shape
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import apply, find
+from dojo_ir.moves.set_location import CAPACITY
 from dojo_ir.tree import Program, walk_scopes
 
 NUMPY = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
@@ -985,3 +986,20 @@ def test_lanes_that_some_access_reaches_are_not_stored_whole(cache: Path) -> Non
     kernel = generate(program, NATIVE)
     assert "dojo_storen_f32x8(&b_t[i0*8], " in kernel and "*(vf32x8 *)&b_t[" not in kernel
     assert_matches(program, cache)
+
+
+def test_a_stack_temporary_as_large_as_the_stack_allows_runs_on_every_thread(cache: Path) -> None:
+    """Each OpenMP thread holds its own copy of a `stack` temporary as large as `set_location`
+    allows (a matrix product's packed panel): the threads' stacks hold it."""
+    elements = CAPACITY["stack"] // 4
+    program = load(f"""kernel k(x) -> y
+
+x f32 [4, {elements}] heap
+y f32 [4, {elements}] heap
+t f32 [4:1, {elements}] stack
+
+4:p {elements} t[{{0}},{{1}}] = x[{{0}},{{1}}] * 2
+|   {elements} y[{{0}},{{1}}] = t[{{0}},{{1}}] + 1
+""")
+    x = random_inputs(program, 0)["x"]
+    np.testing.assert_array_equal(compiled_outputs(program, {"x": x}, cache)["y"], x * np.float32(2) + np.float32(1))
