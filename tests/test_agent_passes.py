@@ -232,6 +232,27 @@ def test_heuristic_blocks_a_row_the_lanes_do_not_divide_and_its_tail() -> None:
     _check(spec, moves)
 
 
+def test_heuristic_gives_the_vectors_to_the_output_channels_when_the_rows_leave_many_lanes_idle() -> None:
+    """Rows of 8 outputs fill half of a 16-lane vector; 32 output channels fill two: the weights are
+    copied once with their output channels innermost and a tile of output positions by both
+    channel vectors is kept in registers (`channel_lanes`)."""
+    spec = load(KERNELS["conv2"].text(n=1, co=32, ci=4, h=8, w=10, k=3))
+    moves = heuristic(spec, replace(CPU, vector_bytes=64, vector_registers=32))
+    text = to_text(advance(spec, moves))
+    assert "w_s f32 [4, 3, 3, 32] heap" in text
+    assert "2:u 16:v y_acc[" in text and "* w_s[{2},{3},{4},{6}*16+{7}]" in text
+    _check(spec, moves)
+
+
+@pytest.mark.parametrize(("co", "w"), [(16, 56), (30, 10)])
+def test_heuristic_keeps_the_row_vectors_when_few_lanes_idle_or_the_channels_leave_a_tail(co: int, w: int) -> None:
+    """On AVX2, rows of 54 leave 4% of the lanes idle; 30 channels are no whole vectors of 8."""
+    spec = load(KERNELS["conv2"].text(n=1, co=co, ci=2, h=4, w=w, k=3))
+    moves = heuristic(spec, replace(CPU, vector_bytes=32, vector_registers=16))
+    assert not any(m.startswith("stage_reads") and "buffer=w" in m for m in moves)
+    _check(spec, moves)
+
+
 MAXPOOL = """kernel maxpool(x) -> y
 
 x f32 [2, 3, 16, 32] heap

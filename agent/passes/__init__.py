@@ -36,6 +36,7 @@ from dojo_ir import Program
 
 from .. import methods
 from .accumulation import accumulate
+from .channel_lanes import channel_lanes
 from .fusion import align_for_fusion, fuse_and_reuse_keeping_rows
 from .loop_order import interchange
 from .parallelization import parallelize
@@ -68,6 +69,7 @@ def heuristic(program: Program, target: Target | str = "native") -> list[str]:
     chosen = as_target(target)
     state = State(program)
     interchange(state, chosen)
+    channel_lanes(state, chosen)
     register_block(state, chosen)  # before fusion: a blocked reduction has a loop nest of its own
     align_for_fusion(state, chosen)
     exhaust(state, ("join_scopes",))
