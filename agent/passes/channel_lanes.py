@@ -23,7 +23,7 @@ from math import ceil
 from codegen.targets import Target
 
 from .register_tile import fma_in_flight, tile_shape
-from .state import State, lanes, op_bytes, sites, swap_alone, uses, uses_at
+from .state import State, isolate, lanes, op_bytes, reorder, sites, uses, uses_at
 
 # The share of idle lanes along the rows above which the channels take the vectors. The tile's
 # scalar load and store and its narrower tile on a target of fewer registers cost more than a
@@ -83,6 +83,8 @@ def _plan(state: State, label: str, target: Target) -> tuple[int, int, str] | No
 
 
 def _play(state: State, label: str, target: Target, row: int, channels: int, operand: str) -> bool:
+    if not isolate(state, label):
+        return False
     site = state.analysis.by_label[label]
     chain, op = site.chain, site.op
     width = lanes(target, op_bytes(state.program, op))
@@ -100,9 +102,8 @@ def _play(state: State, label: str, target: Target, row: int, channels: int, ope
             roles[depth: depth + 1] = [role + "o", role]
     wanted = [r for r in roles if r == "s"] + [r for r in ("Co", "Io") if r in roles] \
         + [r for r in roles if r == "r"] + ["I", "C"]
-    for depth in _bubble(roles, wanted):
-        if not swap_alone(state, label, depth):
-            return False
+    if not reorder(state, label, roles, wanted):
+        return False
     depth_c = len(wanted) - 1
     if not state.play(f"split_scope(op={label}, depth={depth_c}, factor={width})"):
         return False
@@ -124,17 +125,6 @@ def _play(state: State, label: str, target: Target, row: int, channels: int, ope
 def _wasted_lanes(size: int, width: int) -> float:
     """The share of lanes that vectors of `width` along `size` elements leave idle (in the tail)."""
     return 1 - size / (ceil(size / width) * width)
-
-
-def _bubble(roles: list[str], wanted: list[str]) -> list[str]:
-    """The depths at which to swap scopes (each with the next) to reorder `roles` as `wanted`."""
-    current, swaps = list(roles), []
-    for position, role in enumerate(wanted):
-        at = current.index(role, position)
-        for depth in range(at - 1, position - 1, -1):
-            swaps.append(depth)
-            current[depth], current[depth + 1] = current[depth + 1], current[depth]
-    return swaps
 
 
 def _stage_with_channels_last(state: State, label: str, operand: str, channels: int) -> bool:

@@ -24,8 +24,8 @@ from .state import (
     isolate,
     last_coef,
     op_bytes,
+    reorder,
     sites,
-    swap_alone,
     uses,
     uses_at,
     vector_registers,
@@ -190,12 +190,8 @@ def _block(state: State, label: str, target: Target) -> bool:
     if reused:
         outermost += ["Ko", *reused]
     wanted = outermost + [x for x in blocks if x in roles and x not in outermost] + inner + tile
-    for position, role in enumerate(wanted):
-        at = roles.index(role)
-        for depth in range(at - 1, position - 1, -1):  # bubble it out to `position`
-            if not swap_alone(state, label, depth):
-                return False
-            roles[depth], roles[depth + 1] = roles[depth + 1], roles[depth]
+    if not reorder(state, label, roles, wanted):
+        return False
     for role in tile[:-1]:
         depth = roles.index(role)
         if state.analysis.by_label[label].chain[depth].size > 1 \

@@ -231,6 +231,17 @@ def swap_alone(state: State, label: str, depth: int) -> bool:
     return alone(state, label, depth) and state.play(f"swap_scopes(op={label}, depth={depth})")
 
 
+def reorder(state: State, label: str, roles: list[str], wanted: list[str]) -> bool:
+    """Interchange the scopes around `label`, named by `roles` outermost first, into the order of
+    `wanted`, each bubbled out to its place (`swap_alone`); `roles` follows them."""
+    for position, role in enumerate(wanted):
+        for depth in range(roles.index(role, position) - 1, position - 1, -1):
+            if not swap_alone(state, label, depth):
+                return False
+            roles[depth], roles[depth + 1] = roles[depth + 1], roles[depth]
+    return True
+
+
 def isolate(state: State, label: str) -> bool:
     """Give the operation `label` a loop nest of its own, innermost scope first."""
     site = state.analysis.by_label.get(label)
