@@ -163,6 +163,24 @@ def test_heuristic_reduces_whole_when_the_panel_fits() -> None:
     _check(spec, moves)
 
 
+@pytest.mark.parametrize(("row", "location"), [(16384, "stack"), (16400, "heap")])
+def test_a_folded_temporary_goes_to_the_stack_only_up_to_64_kib(row: int, location: str) -> None:
+    """A row of 16,384 floats is 64 KiB: each thread keeps its own on the stack; a longer one stays
+    on the heap, so that its folded scope does not become what the threads share."""
+    spec = load(f"""kernel k(x) -> y
+
+x f32 [4, {row}] heap
+y f32 [4, {row}] heap
+t f32 [4, {row}] heap
+
+4 {row} t[{{0}},{{1}}] = exp(x[{{0}},{{1}}])
+4 {row} y[{{0}},{{1}}] = t[{{0}},{{1}}] + t[{{0}},0]
+""")
+    moves = PASSES["naive"](spec, CPU)
+    assert "reuse_dims(buffer=t, dim=0)" in moves
+    assert advance(spec, moves).buffer_of["t"].location == location
+
+
 @pytest.mark.parametrize(("steps", "panel_row", "private", "block"), [
     (1024, 64, 1 << 20, 1024),  # AVX2's 2-vector panel: 64 KiB, all of k
     (1024, 256, 1 << 20, 1024),  # AVX-512's 4-vector panel: 256 KiB, all of k

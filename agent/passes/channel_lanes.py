@@ -36,7 +36,8 @@ WASTED_LANES = 0.125
 def channel_lanes(state: State, target: Target) -> None:
     """Each reduction whose target's last dimension leaves a tail and has a dimension of whole
     vectors that one operand alone reads, tiled with its vectors along that dimension; the last
-    operation first, as `register_block`, which leaves these tiles alone."""
+    operation first, as `register_block` goes (its all-or-nothing blocking then leaves these tiles
+    as they are)."""
     for label in reversed([s.label for s in sites(state)]):
         _tile(state, label, target)
 

@@ -114,8 +114,7 @@ def _lanes_split(state: State, site: Site, target: Target) -> bool | None:
 
 def _block(state: State, label: str, target: Target) -> bool:
     site = state.analysis.by_label.get(label)
-    if site is None or len(site.chain) < 2 or site.op.reduction is None \
-            or any(scope.kind == "u" for scope in site.chain):  # tiled already (`channel_lanes`)
+    if site is None or len(site.chain) < 2 or site.op.reduction is None:
         return False
     split = _lanes_split(state, site, target)
     if split is None or not isolate(state, label):
