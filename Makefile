@@ -97,9 +97,13 @@ AGENT_RUNS := build/agent
 AGENT_SEARCH := $(BIN)/dojo library build $(AGENT_KERNELS) --graph edges
 # The cost model (agent/costmodel/trained) learns from the library's logs in the repository and those of the
 # searches and games above: times, not the expert's choices, so the heuristic graph's logs are data as any
-# other. The kernels held out from the agent are held out from it too, at every shape.
+# other. The kernels held out from the agent are held out from it too, at every shape. It also learns from
+# random sampling over random kernels of the ONNX catalogue (`dojo costmodel kernels`), at sizes from
+# L1-resident to DRAM-bound, which the library's quick shapes do not reach.
 COSTMODEL_LOGS := bench/results/convergence_runs/logs bench/results/tuned/logs
 HELD_OUT := swiglu layernorm2 conv2 bmm
+ONNX_KERNELS := 24
+ONNX_BUDGET := 40
 
 agent: install $(BENCH_STAMP)
 	$(AGENT_SEARCH) --quick --method random --budget 150 --out $(AGENT_RUNS)/quick-random
@@ -109,10 +113,14 @@ agent: install $(BENCH_STAMP)
 	$(BIN)/dojo agent train --kernels $(AGENT_KERNELS) --shapes quick --episodes 60 --max-steps 10 \
 	    --from-logs $(AGENT_RUNS)/quick-random/logs $(AGENT_RUNS)/quick-sa/logs $(AGENT_RUNS)/small-random/logs \
 	    --pretrain-updates 3000 --epsilon-start 0.3 --out $(AGENT_RUNS)/trained $$resume
+	$(BIN)/dojo costmodel kernels --count $(ONNX_KERNELS) --seed 0 --out $(AGENT_RUNS)/onnx-kernels
+	$(BIN)/dojo library build $(AGENT_RUNS)/onnx-kernels --graph edges --method random --budget $(ONNX_BUDGET) \
+	    --out $(AGENT_RUNS)/onnx-random
 	cp $(AGENT_RUNS)/trained/policy.pt $(AGENT_RUNS)/trained/curve.jsonl $(AGENT_RUNS)/trained/curve.png \
 	    agent/perfllm/trained/
 	$(BIN)/dojo costmodel train --logs $(COSTMODEL_LOGS) $(AGENT_RUNS)/quick-random/logs $(AGENT_RUNS)/quick-sa/logs \
-	    $(AGENT_RUNS)/small-random/logs $(AGENT_RUNS)/trained/evaluations --hold-out $(HELD_OUT) \
+	    $(AGENT_RUNS)/small-random/logs $(AGENT_RUNS)/trained/evaluations $(AGENT_RUNS)/onnx-random/logs \
+	    --hold-out $(HELD_OUT) \
 	    --out agent/costmodel/trained/costmodel.npz
 
 clean:

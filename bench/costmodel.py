@@ -1,6 +1,7 @@
 """How well the learned cost model (agent/costmodel) ranks programs of kernels it never saw.
 
-    python bench/costmodel.py [--logs DIR ...] [--transfer DIR ...] [--embeddings 20] [--out bench/results/costmodel.md]
+    python bench/costmodel.py [--logs DIR ...] [--transfer DIR ...] [--extra DIR ...] [--embeddings 20]
+                              [--out bench/results/costmodel.md]
 
 The groups are the evaluation logs (`agent.costmodel.data`: one log = one spec, target, machine and
 run; programs that failed left out), by default every log in the repository. They are split by spec
@@ -16,7 +17,10 @@ among the five, the model puts first). Beside the model, on the same splits:
 - XGBoost (rank:pairwise) on the same features, the model class of TenSet's and Ansor's cost models.
 
 `--transfer` logs (e.g. a library built on another machine or from real models) are scored by a model
-trained on every `--logs` group. `--embeddings N` asks whether the agent's text embeddings
+trained on every `--logs` group. `--extra` logs are training data only, never scored: the cost
+model is cross-validated and transferred again with them added to every training set, so that the
+two rows say what they add to the ranking of kernels outside them (`make agent`'s random kernels of
+the ONNX catalogue, `dojo costmodel kernels`). `--embeddings N` asks whether the agent's text embeddings
 (agent/perfllm/embed.py, all-MiniLM-L6-v2) add to the ranking: on at most N programs of each group,
 the model is trained with the features alone and with the features plus the embedding reduced to 16
 principal components, on the same splits.
@@ -43,6 +47,7 @@ from codegen.targets import get_target  # noqa: E402
 from runner.roofline import machine_limits  # noqa: E402
 
 LOGS = ("bench/results/agent_heldout_runs", "bench/results/convergence_runs/logs", "bench/results/tuned/logs")
+RANKERS = ("model", "xgboost", "roofline")
 
 
 def folds(groups: list[Group], by: str, count: int, seed: int) -> list[set[str]]:
@@ -65,9 +70,9 @@ def cross_validate(groups: list[Group], train, by: str, count: int, seed: int) -
     return ranking(scored)
 
 
-def mlp(steps: int, seed: int):
+def mlp(steps: int, seed: int, extra: list[Group] = ()):
     def train(groups: list[Group]):
-        return CostModel.train(groups, Training(steps=steps, seed=seed)).score_features
+        return CostModel.train([*groups, *extra], Training(steps=steps, seed=seed)).score_features
     return train
 
 
@@ -115,10 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--logs", nargs="+", default=list(LOGS), metavar="DIR")
     parser.add_argument("--transfer", nargs="*", default=[], metavar="DIR")
+    parser.add_argument("--extra", nargs="*", default=[], metavar="DIR", help="logs to train on, never scored")
     parser.add_argument("--folds", type=int, default=4)
     parser.add_argument("--seeds", type=int, default=2, help="splits (and training seeds) to average over")
     parser.add_argument("--steps", type=int, default=Training().steps)
     parser.add_argument("--embeddings", type=int, default=0, metavar="N")
+    parser.add_argument("--by", nargs="+", choices=("spec", "kernel"), default=["spec", "kernel"],
+                        help="what the cross-validation holds out")
+    parser.add_argument("--rankers", nargs="+", choices=RANKERS, default=list(RANKERS),
+                        help="the rankers to cross-validate (the cost model trains for a minute or two a fold)")
     parser.add_argument("--out", default="bench/results/costmodel.md")
     args = parser.parse_args(argv)
 
@@ -127,11 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     groups = read_groups([Path(p) for p in args.logs], host)
     read_s = time.monotonic() - started
     programs = sum(len(g) for g in groups)
+    extra = read_groups([Path(p) for p in args.extra], host)
+    with_extra = f"cost model, trained with the {len(extra)} `--extra` logs too"
     rows = []
-    for by in ("spec", "kernel"):
-        for label, make in (("cost model (MLP, RankNet)", lambda seed: mlp(args.steps, seed)),
-                            ("XGBoost rank:pairwise, same features", lambda seed: xgboost),
-                            ("roofline of the loop structure (`program.bound_s`)", lambda seed: roofline)):
+    rankers = {"model": [("cost model (MLP, RankNet)", lambda seed: mlp(args.steps, seed)),
+                         *([(with_extra, lambda seed: mlp(args.steps, seed, extra))] if extra else [])],
+               "xgboost": [("XGBoost rank:pairwise, same features", lambda seed: xgboost)],
+               "roofline": [("roofline of the loop structure (`program.bound_s`)", lambda seed: roofline)]}
+    for by in args.by:
+        for label, make in (ranker for name in args.rankers for ranker in rankers[name]):
             results = [cross_validate(groups, make(seed), by, args.folds, seed) for seed in range(args.seeds)]
             rows.append((by, label, *(float(np.mean([getattr(r, f) for r in results]))
                                       for f in ("pairwise", "top1", "top5"))))
@@ -158,15 +172,24 @@ def main(argv: list[str] | None = None) -> int:
         "| (reference) | TenSet's XGBoost, TenSet CPU | 0.85 | 0.83 | 0.91 |",
         "",
     ]
+    if extra:
+        lines += [f"The `--extra` logs ({', '.join(args.extra)}): {len(extra)} logs, {sum(len(g) for g in extra):,} "
+                  f"programs of {len({g.name for g in extra})} kernels, only ever trained on.", ""]
     if args.transfer:
         transfer = read_groups([Path(p) for p in args.transfer], host)
-        score = CostModel.train(groups, Training(steps=args.steps)).score_features
-        result = ranking([(score(g.features), g.times_s) for g in transfer])
-        lines += [f"Trained on every group above, scored on {len(transfer)} other logs ({', '.join(args.transfer)}; "
-                  f"{sum(len(g) for g in transfer):,} programs, {len({g.name for g in transfer})} kernels, "
-                  f"a median of {int(np.median([len(g) for g in transfer]))} programs a log): pairwise "
-                  f"{result.pairwise:.3f}, top-1 {result.top1:.3f}, top-5 {result.top5:.3f}; chance top-1 "
-                  f"{chance(transfer).top1:.3f}.", ""]
+        lines += [f"Scored on {len(transfer)} other logs ({', '.join(args.transfer)}; "
+                  f"{sum(len(g) for g in transfer):,} programs, {len({g.name for g in transfer})} kernels, a median "
+                  f"of {int(np.median([len(g) for g in transfer]))} programs a log; chance top-1 "
+                  f"{chance(transfer).top1:.3f}), by a model trained on:", "",
+                  "| trained on | pairwise accuracy | top-1 recall | top-5 recall |", "|---|---|---|---|"]
+        for label, training in (("every group above", groups), ("every group above and the `--extra` logs",
+                                                               [*groups, *extra]))[:2 if extra else 1]:
+            results = [ranking([(score(g.features), g.times_s) for g in transfer]) for score in
+                       (CostModel.train(training, Training(steps=args.steps, seed=seed)).score_features
+                        for seed in range(args.seeds))]
+            lines.append(f"| {label} | " + " | ".join(f"{np.mean([getattr(r, f) for r in results]):.3f}"
+                                                      for f in ("pairwise", "top1", "top5")) + " |")
+        lines.append("")
     if args.embeddings:
         kept, vectors = embedded(groups, args.embeddings, 0)
         offsets = np.cumsum([0] + [len(g) for g in kept])

@@ -1,6 +1,7 @@
-"""`dojo costmodel train` and `dojo costmodel moves`: the learned cost model that ranks programs
-without running them (agent/costmodel), trained from evaluation logs, and its ratings of a file's
-moves, as the editor's quick-fixes show them."""
+"""`dojo costmodel train`, `dojo costmodel moves` and `dojo costmodel kernels`: the learned cost model
+that ranks programs without running them (agent/costmodel), trained from evaluation logs; its ratings
+of a file's moves, as the editor's quick-fixes show them; and random kernels of the ONNX catalogue
+for searches to log, so that it learns from more than the library's kernels."""
 
 from __future__ import annotations
 
@@ -36,6 +37,13 @@ def add_to(commands: argparse._SubParsersAction) -> None:
     moves.add_argument("--target", default="native", metavar="T", help="the target (default: native)")
     moves.add_argument("--json", action="store_true", help="a JSON list of {move, speedup}")
     moves.set_defaults(run=cmd_costmodel_moves)
+
+    kernels = costmodel_commands.add_parser("kernels", help="write random kernels of the ONNX catalogue, from "
+                                            "L1-resident to DRAM-bound, for searches whose logs train the model")
+    kernels.add_argument("--count", type=int, default=24, metavar="N", help="how many kernels (default: 24)")
+    kernels.add_argument("--seed", type=int, default=0, metavar="S", help="the same seed, the same kernels")
+    kernels.add_argument("--out", "-o", required=True, metavar="DIR", help="where DIR/NAME.dojo go")
+    kernels.set_defaults(run=cmd_costmodel_kernels)
 
 
 def _host(target: str):
@@ -99,4 +107,18 @@ def cmd_costmodel_moves(args: argparse.Namespace) -> int:
     else:
         for move, speedup in rated:
             print(f"×{speedup:5.2f}  {move}")
+    return 0
+
+
+def cmd_costmodel_kernels(args: argparse.Namespace) -> int:
+    from libgen.onnx.random_kernels import random_kernels
+    from runner.files import write_atomically
+
+    if args.count < 1:
+        raise CommandError(f"dojo costmodel kernels: error: --count must be at least 1, not {args.count}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for kernel in random_kernels(args.count, args.seed):
+        write_atomically(out / f"{kernel.name}.dojo", kernel.text.encode())
+        print(f"{out / kernel.name}.dojo  {kernel.draw.describe()}")
     return 0
