@@ -29,6 +29,7 @@ principal components, on the same splits.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from dataclasses import replace
@@ -154,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# The cost model: ranking programs of kernels it never saw",
         "",
-        f"`python bench/{Path(__file__).name}`. Machine: {machine()}; features scaled by its limits "
+        f"`{shlex.join(['python', 'bench/costmodel.py', *(sys.argv[1:] if argv is None else argv)])}`. "
+        f"Machine: {machine()}; features scaled by its limits "
         f"(`dojo machine`: {host.peak_flops / 1e9:.0f} GFLOP/s, {host.bandwidth_Bps / 1e9:.1f} GB/s, "
         f"{host.cores} cores, {host.vector_bytes}-byte vectors, L1d {host.l1d >> 10} KiB, L2 {host.l2 >> 20} MiB).",
         "",

@@ -26,6 +26,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agent.passes import heuristic
 from codegen import TARGETS, generate, get_target
 from codegen.build import BuildError, build
 from codegen.c import generate_c, streamed
@@ -34,11 +35,13 @@ from codegen.targets import Target, streaming_threshold_bytes
 from codegen.vector_helpers import vector_helper_source
 from dojo_ir import interpret, load, random_inputs, to_text
 from dojo_ir.analysis import Analysis
+from dojo_ir.derivation import advance
 from dojo_ir.fuzz import fuzz_shape
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import apply, find
 from dojo_ir.moves.set_location import CAPACITY
 from dojo_ir.tree import Program, walk_scopes
+from libgen.onnx.random_kernels import random_kernels
 
 NUMPY = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
 RTOL, ATOL = 1e-4, 1e-5
@@ -148,6 +151,20 @@ def test_random_walk_matches_the_interpreter(kernel: str, cache: Path) -> None:
     inputs = random_inputs(programs[0], 1)
     with ThreadPoolExecutor(WORKERS) as pool:
         problems = [p for p in pool.map(lambda p: mismatch(p, inputs, cache), programs) if p]
+    assert not problems, problems[0]
+
+
+@pytest.mark.parametrize("target", ["native", "x86-avx2"])
+def test_the_heuristic_pass_on_random_kernels_of_the_onnx_catalogue_matches_the_interpreter(target: str,
+                                                                                         cache: Path) -> None:
+    # nodes nobody here chose, scheduled as a library build would: odd rows, strides, groups and axes
+    chosen = get_target(target)
+    if not chosen.runnable():
+        pytest.skip(f"{target} does not run here")
+    specs = [load(k.text) for k in random_kernels(16, seed=1, smallest=256, largest=256 * 1024, max_flops=4e6)]
+    programs = [advance(spec, heuristic(spec, chosen)) for spec in specs]
+    with ThreadPoolExecutor(WORKERS) as pool:
+        problems = [p for p in pool.map(lambda p: mismatch(p, random_inputs(p, 0), cache, chosen), programs) if p]
     assert not problems, problems[0]
 
 

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+from dojo_ir import load, to_text
 
 from .importer import import_model
 
@@ -96,13 +98,14 @@ def _matmul(rng: np.random.Generator, elements: float, max_flops: float) -> Draw
     if rng.random() < 0.4:
         return Draw("Gemm", (Tensor("a", (m, k)), Tensor("b", (n, k), constant=True),
                              Tensor("c", (n,), constant=True)), {"transB": 1})
-    batch = int(rng.integers(2, 9)) if rng.random() < 0.3 and 2 * m * k * n * 2 <= max_flops else 1
+    most = min(8, int(max_flops // (2 * m * k * n)))  # a batch of products within the flops too
+    batch = int(rng.integers(2, most + 1)) if rng.random() < 0.3 and most >= 2 else 1
     a = Tensor("a", (batch, m, k) if batch > 1 else (m, k))
     b = Tensor("b", (k, n), constant=bool(rng.random() < 0.7))
     return Draw("MatMul", (a, b))
 
 
-def _conv(rng: np.random.Generator, elements: float, max_flops: float) -> Draw:
+def _conv(rng: np.random.Generator, elements: float, max_flops: float) -> Draw | None:
     kernel = int(rng.choice([1, 1, 3, 3, 3, 5, 7]))
     stride = int(rng.choice([1, 1, 2]))
     kind = rng.choice(["dense", "dense", "depthwise", "grouped"])
@@ -119,6 +122,8 @@ def _conv(rng: np.random.Generator, elements: float, max_flops: float) -> Draw:
 
     while flops() > max_flops and size > kernel + 1:
         size = max(kernel + 1, size * 3 // 4)
+    if flops() > max_flops:  # too many channels for the window even at its least image
+        return None
     pads = kernel // 2 if rng.random() < 0.7 else 0
     x = Tensor("x", (batch, ci, size, size))
     w = Tensor("w", (co, ci // groups, kernel, kernel), constant=True)
@@ -169,7 +174,7 @@ def _transpose(rng: np.random.Generator, elements: float) -> Draw:
 
 
 # family -> (its share of the draws, the draw); the shares lean to the products, which dominate models' time
-FAMILIES: dict[str, tuple[float, Callable[..., Draw]]] = {
+FAMILIES: dict[str, tuple[float, Callable[..., Draw | None]]] = {
     "elementwise": (1.0, _elementwise),
     "broadcast": (1.0, _broadcast),
     "matmul": (2.0, _matmul),
@@ -209,14 +214,16 @@ def _draws(rng: np.random.Generator, smallest: int, largest: int, max_flops: flo
     while True:
         family = names[int(rng.choice(len(names), p=shares / shares.sum()))]
         elements = math.exp(rng.uniform(math.log(smallest), math.log(largest))) / 4  # float32
-        draw = FAMILIES[family][1]
-        yield family, draw(rng, elements, max_flops) if family in PRODUCTS else draw(rng, elements)
+        make = FAMILIES[family][1]
+        draw = make(rng, elements, max_flops) if family in PRODUCTS else make(rng, elements)
+        if draw is not None:
+            yield family, draw
 
 
 def random_kernels(count: int, seed: int = 0, *, smallest: int = 16 * KiB, largest: int = 64 * KiB * KiB,
                    max_flops: float = 64e6) -> list[RandomKernel]:
-    """`count` kernels of random nodes; a draw the catalogue refuses (an attribute value it does
-    not write) is drawn again, so every kernel is one the importer makes."""
+    """`count` kernels of random nodes; a draw over `max_flops`, or one the catalogue refuses (an
+    attribute value it does not write), is drawn again, so every kernel is one the importer makes."""
     rng = np.random.default_rng(seed)
     kernels: list[RandomKernel] = []
     draws = _draws(rng, smallest, largest, max_flops)
@@ -226,7 +233,11 @@ def random_kernels(count: int, seed: int = 0, *, smallest: int = 16 * KiB, large
         if imported.skipped or len(imported.kernels) != 1:
             continue
         (text,) = imported.kernels.values()
+        # named for itself, not its operator: the cost model's logs group and hold out kernels by name,
+        # and a random matmul is not the library's
         name = f"r{seed}_{len(kernels):02d}_{draw.op.lower()}"
-        header = f"# A random kernel of the ONNX catalogue ({family}, seed {seed}): {draw.describe()}\n"
-        kernels.append(RandomKernel(name, draw, header + text))
+        program = load(text)
+        comment = f" A random kernel of the ONNX catalogue ({family}, seed {seed}): {draw.describe()}"
+        kernels.append(RandomKernel(name, draw, to_text(replace(program, name=name,
+                                                                comments=(comment, *program.comments)))))
     return kernels
