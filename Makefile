@@ -68,6 +68,7 @@ bench: install $(BENCH_STAMP)
 	$(BIN)/python bench/moves_speed.py
 	$(BIN)/python bench/fuzz_moves.py
 	$(BIN)/python bench/fuzz_input.py
+	$(BIN)/python bench/fuzz_random_kernels.py
 	$(BIN)/python bench/evaluations.py
 	$(BIN)/python bench/runner_noise.py
 	$(BIN)/python bench/quickfix_walk.py
