@@ -184,8 +184,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"of {int(np.median([len(g) for g in transfer]))} programs a log; chance top-1 "
                   f"{chance(transfer).top1:.3f}), by a model trained on:", "",
                   "| trained on | pairwise accuracy | top-1 recall | top-5 recall |", "|---|---|---|---|"]
-        for label, training in (("every group above", groups), ("every group above and the `--extra` logs",
-                                                               [*groups, *extra]))[:2 if extra else 1]:
+        trainings = [("every group above", groups)]
+        trainings += [("every group above and the `--extra` logs", [*groups, *extra])] if extra else []
+        for label, training in trainings:
             results = [ranking([(score(g.features), g.times_s) for g in transfer]) for score in
                        (CostModel.train(training, Training(steps=args.steps, seed=seed)).score_features
                         for seed in range(args.seeds))]
