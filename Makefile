@@ -103,7 +103,7 @@ AGENT_SEARCH := $(BIN)/dojo library build $(AGENT_KERNELS) --graph edges
 # L1-resident to DRAM-bound, which the library's quick shapes do not reach.
 COSTMODEL_LOGS := bench/results/convergence_runs/logs bench/results/tuned/logs
 HELD_OUT := swiglu layernorm2 conv2 bmm
-ONNX_KERNELS := 24
+ONNX_KERNELS := 96
 ONNX_BUDGET := 40
 
 agent: install $(BENCH_STAMP)

@@ -12,8 +12,9 @@ differ, the share ordered right), top-1 and top-5 recall (whether the fastest pr
 among the five, the model puts first). Beside the model, on the same splits:
 
 - chance: the expected figures of a random order (top-k recall = k / programs);
-- the roofline of the loop structure alone: the feature `program.bound_s` (each operation's flops at
-  the lanes and cores its scopes use, or its traffic from memory, whichever is slower);
+- the roofline of the loop structure alone: the feature `program.bound_s` (each operation's slowest
+  of its flops at the lanes and cores its scopes use and its traffic between the cache levels and
+  from memory at their measured bandwidths);
 - XGBoost (rank:pairwise) on the same features, the model class of TenSet's and Ansor's cost models.
 
 `--transfer` logs (e.g. a library built on another machine or from real models) are scored by a model
@@ -126,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=2, help="splits (and training seeds) to average over")
     parser.add_argument("--steps", type=int, default=Training().steps)
     parser.add_argument("--embeddings", type=int, default=0, metavar="N")
-    parser.add_argument("--by", nargs="+", choices=("spec", "kernel"), default=["spec", "kernel"],
-                        help="what the cross-validation holds out")
+    parser.add_argument("--by", nargs="*", choices=("spec", "kernel"), default=["spec", "kernel"],
+                        help="what the cross-validation holds out (nothing: the `--transfer` rows alone)")
     parser.add_argument("--rankers", nargs="+", choices=RANKERS, default=list(RANKERS),
                         help="the rankers to cross-validate (the cost model trains for a minute or two a fold)")
     parser.add_argument("--out", default="bench/results/costmodel.md")
@@ -192,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
                         for seed in range(args.seeds))]
             lines.append(f"| {label} | " + " | ".join(f"{np.mean([getattr(r, f) for r in results]):.3f}"
                                                       for f in ("pairwise", "top1", "top5")) + " |")
-        lines.append("")
+        bound = ranking([(roofline(transfer)(g.features), g.times_s) for g in transfer])
+        lines += [f"| nothing: the roofline of the loop structure (`program.bound_s`) | {bound.pairwise:.3f} | "
+                  f"{bound.top1:.3f} | {bound.top5:.3f} |", ""]
     if args.embeddings:
         kept, vectors = embedded(groups, args.embeddings, 0)
         offsets = np.cumsum([0] + [len(g) for g in kept])

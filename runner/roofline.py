@@ -22,7 +22,11 @@ read) and a peak f32 FMA test, each the best of several runs. The FMA test also
 times one dependent chain (the latency), and the ratio of latency to issue
 interval is how many independent accumulators a core needs in flight
 (`fma_in_flight`: latency x FMA ports, 8 on Sapphire Rapids and Zen 4),
-which sysfs does not say and the register-tile heuristic reads. Vendor figures are
+which sysfs does not say and the register-tile heuristic reads. A read test
+over a chunk of each core's own that fits its level-2 cache, and another that
+fits its share of the last level, gives what those caches deliver (`l2_Bps`,
+`l3_Bps`, all cores): sysfs gives their sizes, never their speed, and the cost
+model's loop-order times are traffic between levels at these rates. Vendor figures are
 not used because a virtual machine's share of the memory system is what a
 kernel gets. The result is cached as JSON in the build cache directory, keyed
 by the CPU model and core count, so it costs about a second once and a file
@@ -58,7 +62,7 @@ __all__ = ["Machine", "MachineError", "Work", "bound_s", "fma_in_flight", "machi
            "machine_limits", "machine_record", "measured_machine", "op_flops", "work"]
 
 # Bump when the measurement changes, so that caches of the old one are not trusted.
-_VERSION = 2
+_VERSION = 3
 _MIB = 1 << 20
 # Each of the three arrays is at least this big and at least the last-level
 # cache, so that no pass over them is served from cache.
@@ -72,6 +76,8 @@ _BANDWIDTH_REPEATS = 8
 _FMA_REPEATS = 20
 _FMA_PER_THREAD = 24_000_000  # FMAs per thread and run: about 5-10 ms at 150-350 GFLOP/s
 _RUN_TIMEOUT_S = 120
+# Bytes each core reads per cache test and run: tens of passes over a chunk, a few milliseconds.
+_CACHE_READ_BYTES = 256 * _MIB
 
 
 # -- the work of a program ---------------------------------------------------------
@@ -139,13 +145,16 @@ def work(program: Program) -> Work:
 @dataclass(frozen=True)
 class Machine:
     """A machine's limits: memory bandwidth in bytes/s, peak f32 FMA rate in flop/s (all cores), its core count and
-    CPU model, and the independent FMAs a core must have under way to reach the peak (`fma_in_flight`)."""
+    CPU model, the independent FMAs a core must have under way to reach the peak (`fma_in_flight`), and the
+    read bandwidth of the level-2 and last-level caches in bytes/s, all cores (None where not measured)."""
 
     bandwidth_Bps: float
     peak_flops: float
     cores: int
     cpu: str
     fma_in_flight: int = 1
+    l2_Bps: float | None = None
+    l3_Bps: float | None = None
 
 
 class MachineError(Exception):
@@ -207,12 +216,48 @@ static float *alloc(size_t n)
     return p;
 }
 
+/* Every thread reads a chunk of `chunk` floats of its own, `passes` times, after one pass that brings
+   it into its caches; the best of `repeats` runs, in seconds. Eight independent accumulators keep
+   enough loads under way that neither the add latency nor the loop limits the rate. */
+static double cache_read(const float *base, size_t chunk, long passes, int repeats, double *checksum)
+{
+    double best = 1e30;
+    for (int r = 0; r <= repeats; r++) {
+        float total = 0;
+        double t0 = now();
+        #pragma omp parallel reduction(+:total)
+        {
+            const float *p = base + (size_t)omp_get_thread_num() * chunk;
+            vf sum[8] = {0};
+            for (long k = 0; k < (r == 0 ? 1 : passes); k++)
+                for (size_t i = 0; i < chunk; i += 8 * LANES) {
+                    for (int j = 0; j < 8; j++) {
+                        vf x;
+                        memcpy(&x, p + i + j * LANES, VBYTES);
+                        sum[j] += x;
+                    }
+                }
+            vf all = sum[0];
+            for (int j = 1; j < 8; j++) all += sum[j];
+            for (int l = 0; l < LANES; l++) total += all[l];
+        }
+        double t1 = now();
+        if (r > 0 && t1 - t0 < best) best = t1 - t0;  /* run 0 is the pass that warms the caches */
+        *checksum += total;
+    }
+    return best;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 5) { fprintf(stderr, "usage: %s FLOATS BW_REPEATS FMA_REPEATS FMA_ITERATIONS\n", argv[0]); return 2; }
+    if (argc != 7) {
+        fprintf(stderr, "usage: %s FLOATS BW_REPEATS FMA_REPEATS FMA_ITERATIONS L2_CHUNK L3_CHUNK\n", argv[0]);
+        return 2;
+    }
     size_t n = strtoull(argv[1], NULL, 10) / 64 * 64;
     int repeats = atoi(argv[2]), fma_repeats = atoi(argv[3]);
     long iterations = atol(argv[4]);
+    size_t chunks[2] = {strtoull(argv[5], NULL, 10) / 128 * 128, strtoull(argv[6], NULL, 10) / 128 * 128};
     if (n == 0 || repeats < 1 || fma_repeats < 1 || iterations < 1) { fprintf(stderr, "bad arguments\n"); return 2; }
 
     double t_init = now();
@@ -320,12 +365,22 @@ int main(int argc, char **argv)
         checksum += total;
     }
 
+    /* a chunk of 0 (or more than the arrays hold for every thread) is not measured */
+    int threads = omp_get_max_threads();
+    double cache_Bps[2] = {0, 0}, cache_s[2] = {0, 0};
+    for (int level = 0; level < 2; level++) {
+        if (chunks[level] == 0 || chunks[level] * threads > n) continue;
+        long passes = (long)(CACHE_READ_BYTES / (chunks[level] * sizeof(float)));
+        if (passes < 1) passes = 1;
+        cache_s[level] = cache_read(c, chunks[level], passes, repeats, &checksum);
+        cache_Bps[level] = (double)chunks[level] * sizeof(float) * passes * threads / cache_s[level];
+    }
+
 #if defined(__AVX__)
     int nontemporal = 1;
 #else
     int nontemporal = 0;
 #endif
-    int threads = omp_get_max_threads();
     double bytes = (double)n * sizeof(float);
     double triad_bytes = (nontemporal ? 3.0 : 4.0) * bytes;
     double flops = 2.0 * LANES * CHAINS * (double)iterations * threads;
@@ -334,11 +389,15 @@ int main(int argc, char **argv)
            "\"read_bytes\": %.0f, \"read_s\": %.9g, \"read_Bps\": %.9g, "
            "\"vector_bytes\": %d, \"chains\": %d, \"fma_flops\": %.0f, \"fma_s\": %.9g, \"peak_flops\": %.9g, "
            "\"fma_latency_s\": %.9g, \"fma_interval_s\": %.9g, "
+           "\"l2_chunk_bytes\": %.0f, \"l2_s\": %.9g, \"l2_Bps\": %.9g, "
+           "\"l3_chunk_bytes\": %.0f, \"l3_s\": %.9g, \"l3_Bps\": %.9g, "
            "\"checksum\": %.9g}\n",
            threads, bytes, t_init, nontemporal ? "true" : "false",
            triad_bytes, triad, triad_bytes / triad, 2.0 * bytes, read, 2.0 * bytes / read,
            VBYTES, CHAINS, flops, fma, flops / fma, latency / iterations,
-           interval / ((double)iterations * CHAINS), checksum);
+           interval / ((double)iterations * CHAINS),
+           (double)chunks[0] * sizeof(float), cache_s[0], cache_Bps[0],
+           (double)chunks[1] * sizeof(float), cache_s[1], cache_Bps[1], checksum);
     free(a); free(b); free(c);
     return 0;
 }
@@ -400,11 +459,21 @@ def _positive(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
+def _cache_chunks(cores: int) -> tuple[int, int]:
+    """Floats each core reads in the level-2 and last-level cache tests: half its level 2, and half
+    its share of the last level. 0 (not measured) where that share is not at least twice the level
+    2, so that a chunk would not really leave it: no last level beyond it, or one too small."""
+    caches = host_caches()
+    l3_chunk = caches.l3 // cores // 2
+    return caches.l2 // 2 // 4, (l3_chunk // 4 if l3_chunk >= 2 * caches.l2 else 0)
+
+
 def _measure(directory: Path, vector_bytes: int | None = None, march: str = "-march=native",
-             floats: int | None = None, vector_registers: int | None = None) -> dict[str, Any]:
+             floats: int | None = None, vector_registers: int | None = None,
+             caches: bool = True) -> dict[str, Any]:
     """Build and run the measurement, with vectors of `vector_bytes` (default: the widest this
-    machine has) and `vector_registers` of them, built for `march`, over arrays of `floats`; the
-    record to cache."""
+    machine has) and `vector_registers` of them, built for `march`, over arrays of `floats`, the
+    caches' read bandwidth too if `caches`; the record to cache."""
     cores = _cores()
     vector_bytes = vector_bytes or native_vector_bytes()
     # as many independent chains as the registers hold beside the multiplier, the addend and two
@@ -413,13 +482,14 @@ def _measure(directory: Path, vector_bytes: int | None = None, march: str = "-ma
     # -ffp-contract=fast: `a * b + c` must become one FMA, as in the kernels the project generates
     target = Target("roofline", "c", ("gcc",), ("-O3", march, "-fopenmp", "-ffp-contract=fast", "-std=gnu11"),
                     vector_bytes, cores=cores)
-    source = f"#define VBYTES {vector_bytes}\n#define CHAINS {chains}\n{_SOURCE}"
+    source = (f"#define VBYTES {vector_bytes}\n#define CHAINS {chains}\n"
+              f"#define CACHE_READ_BYTES {_CACHE_READ_BYTES}.0\n{_SOURCE}")
     try:
         binary = build(source, target, directory)
     except BuildError as error:
         raise MachineError(f"cannot build the machine measurement: {error}") from None
     command = [str(binary.path), str(floats or _array_floats()), str(_BANDWIDTH_REPEATS), str(_FMA_REPEATS),
-               str(_FMA_PER_THREAD // chains)]
+               str(_FMA_PER_THREAD // chains), *(str(c) for c in (_cache_chunks(cores) if caches else (0, 0)))]
     # every core, one thread bound to each, as the runner runs kernels
     environment = os.environ | {"OMP_NUM_THREADS": str(cores), "OMP_PROC_BIND": "true", "OMP_PLACES": "cores"}
     started = time.perf_counter()
@@ -450,12 +520,16 @@ def _measure(directory: Path, vector_bytes: int | None = None, march: str = "-ma
         "bandwidth_Bps": max(detail["read_Bps"], detail["triad_Bps"]),
         "peak_flops": detail["peak_flops"],
         "fma_in_flight": fma_in_flight(detail["fma_latency_s"], detail["fma_interval_s"]),
+        # None where the cache has no test of its own (`_cache_chunks`)
+        "l2_Bps": detail["l2_Bps"] or None,
+        "l3_Bps": detail["l3_Bps"] or None,
         "detail": detail,
     }
 
 
 def machine_record(refresh: bool = False, cache_dir: Path | None = None) -> dict[str, Any]:
     """This machine's limits with how they were measured: `cpu`, `cores`, `bandwidth_Bps`, `peak_flops`,
+    `l2_Bps` and `l3_Bps` (None where not measured),
     `measured` (a timestamp) and `detail` (read and triad bandwidth, their times and bytes, whether the triad
     used streaming stores, the FMA test's vector width and chains). Read from the cache unless `refresh` or
     there is none; else measured (about a second) and cached. Raises MachineError when it cannot measure."""
@@ -479,7 +553,7 @@ def peak_flops(target: Target, cache_dir: Path | None = None) -> float:
     directory = machine_cache_path(cache_dir).parent
     directory.mkdir(parents=True, exist_ok=True)
     return float(_measure(directory, target.vector_bytes, march, floats=1 << 16,
-                          vector_registers=target.vector_registers)["peak_flops"])
+                          vector_registers=target.vector_registers, caches=False)["peak_flops"])
 
 
 def machine_limits(refresh: bool = False, cache_dir: Path | None = None) -> Machine:
@@ -495,8 +569,10 @@ def measured_machine(cache_dir: Path | None = None) -> Machine | None:
 
 
 def _machine(record: dict[str, Any]) -> Machine:
+    cache_Bps = {k: float(record[k]) if _positive(record.get(k)) else None for k in ("l2_Bps", "l3_Bps")}
     return Machine(bandwidth_Bps=float(record["bandwidth_Bps"]), peak_flops=float(record["peak_flops"]),
-                   cores=int(record["cores"]), cpu=str(record["cpu"]), fma_in_flight=int(record["fma_in_flight"]))
+                   cores=int(record["cores"]), cpu=str(record["cpu"]), fma_in_flight=int(record["fma_in_flight"]),
+                   **cache_Bps)
 
 
 def fma_in_flight(latency_s: float, interval_s: float) -> int:

@@ -15,18 +15,29 @@ import numpy as np
 import pytest
 
 from agent.costmodel.data import Group, read_group, read_groups
-from agent.costmodel.features import NAMES, OP_NAMES, SHARED_NAMES, SLOTS, WIDTH, Host, features, op_rows
+from agent.costmodel.features import (
+    NAMES,
+    OP_NAMES,
+    REORDER_WINDOW,
+    SHARED_NAMES,
+    SLOTS,
+    WIDTH,
+    Host,
+    features,
+    op_rows,
+)
 from agent.costmodel.metrics import pairwise_accuracy, ranking, top_k_recall
 from agent.costmodel.model import SHIPPED, CostModel, CostModelError, Training
 from agent.costmodel.rank import rate_moves
 from agent.evaluate import text_hash
 from agent.legal import legal_moves
-from dojo_ir import load, to_text
+from dojo_ir import Program, load, to_text
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import apply
 from dojo_ir.tree import walk_ops
 
-HOST = Host(peak_flops=4e11, bandwidth_Bps=2e10, cores=2, vector_bytes=64, l1d=48 << 10, l2=2 << 20, l3=32 << 20)
+HOST = Host(peak_flops=4e11, bandwidth_Bps=2e10, cores=2, vector_bytes=64, l1d=48 << 10, l2=2 << 20, l3=32 << 20,
+            l2_Bps=4e11, l3_Bps=2e11)
 SOFTMAX = load(KERNELS["softmax"].quick())
 
 
@@ -36,6 +47,11 @@ def at(x: np.ndarray, name: str) -> float:
         rows = op_rows(x)
         return float(rows[rows[:, 0] > 0.5, OP_NAMES.index(name[3:])].max())
     return float(x[NAMES.index(name)])
+
+
+def op_row(x: np.ndarray, slot: int, name: str) -> float:
+    """An operation's entry: that of the operation in `slot` (by predicted time, most first)."""
+    return float(op_rows(x)[slot, OP_NAMES.index(name)])
 
 
 def played(program, *moves: str):
@@ -82,6 +98,73 @@ def test_footprints_are_read_against_the_machines_caches_and_tasks_against_its_c
     assert at(big, "op.level0.footprint_vs_l1") < at(small, "op.level0.footprint_vs_l1")
     assert at(big, "op.level1.tasks_per_core") < at(small, "op.level1.tasks_per_core")
     assert at(big, "op.level0.footprint_vs_l2") == at(small, "op.level0.footprint_vs_l2")
+
+
+MATMUL = load(KERNELS["matmul"].quick())
+ROWS = "swap_scopes(op=c#2, depth=1)"  # c[i, j] += a[i, k] * b[k, j] in order i, k, j: j runs along rows
+
+
+def test_an_inner_reduction_waits_on_its_accumulator_and_loops_along_rows_are_vector_code() -> None:
+    """What gcc makes of the C without a vector scope (-fopt-info-vec says so): in the spec's order
+    it vectorises j around the inner reduction over k, but each lane's FMA waits for its last (no
+    -ffast-math to reorder them), and a chain of 128 is longer than a core's reorder window
+    overlaps: the latency times the FMAs a core needs under way. Along rows (i, k, j) nothing
+    waits. With i inside j, c's column is not contiguous: no lanes either."""
+    spec, rows = features(MATMUL, HOST), features(played(MATMUL, ROWS), HOST)
+    columns = features(played(MATMUL, "swap_scopes(op=c#2, depth=0)"), HOST)
+    product = 0  # the slot of most time: c's reduction, before its zeroing
+    assert [op_row(x, product, "log_chain_wait") for x in (spec, rows, columns)] == [1, 0, 1]  # log2(8) / 3
+    assert [op_row(x, product, "log_compiler_lanes") for x in (spec, rows, columns)] == [1, 1, 0]  # log2(16) / 4
+    seconds = {name: 2.0 ** (40 * at(x, "program.compute_s")) for name, x in
+               (("spec", spec), ("rows", rows), ("columns", columns))}
+    assert seconds["spec"] / seconds["rows"] == pytest.approx(HOST.fma_in_flight, rel=1e-3)
+    assert seconds["columns"] / seconds["rows"] == pytest.approx(HOST.fma_in_flight * 16, rel=1e-3)
+    assert at(features(MATMUL, replace(HOST, fma_in_flight=4)), "program.compute_s") < at(spec, "program.compute_s")
+    exp = op_rows(features(SOFTMAX, HOST))  # no vector math library: a call (exp, max) stays scalar
+    calls = [row for row in exp if row[0] and row[OP_NAMES.index("log_flops_per_iteration")] > 0.25]
+    assert calls and all(row[OP_NAMES.index("log_compiler_lanes")] < 1 for row in calls)
+
+
+def test_short_chains_of_a_small_window_overlap_in_the_reorder_window() -> None:
+    """A convolution's 3x3 window is a chain of nine FMAs an output: the core runs the next outputs'
+    chains while one waits, so they cost nothing beyond their issue rate; a 5x5's overlap with
+    fewer, a 9x9's with none."""
+    def conv(window: int) -> Program:
+        return load(f"""kernel conv(x, w) -> y
+x f32 [{63 + window}, {63 + window}] heap
+w f32 [{window}, {window}] heap
+y f32 [64, 64] heap
+
+64 64 y[{{0}},{{1}}] = 0
+64 64 {window} {window} y[{{0}},{{1}}] += x[{{0}}+{{2}},{{1}}+{{3}}] * w[{{2}},{{3}}]
+""")
+    waits = [2 ** (3 * op_row(features(conv(k), HOST), 0, "log_chain_wait")) for k in (3, 5, 9)]
+    # 9, 25 and 81 iterations of 4 instructions a chain, against a window of REORDER_WINDOW
+    assert waits == pytest.approx([1, HOST.fma_in_flight / (REORDER_WINDOW / 100), HOST.fma_in_flight], rel=1e-5)
+
+
+def test_traffic_between_the_cache_levels_is_timed_at_their_bandwidths() -> None:
+    """The roofline of the loop structure counts what a loop order moves between levels. When a
+    column of b does not fit level 1, the spec's order fetches a line of b for each FMA from level
+    2; along rows, each row of c streams b through level 1 once."""
+    small = replace(HOST, l1d=4 << 10)
+    spec, rows = features(MATMUL, small), features(played(MATMUL, ROWS), small)
+    assert at(spec, "program.traffic_l1_s") - at(rows, "program.traffic_l1_s") > math.log2(8) / 40
+    assert at(rows, "program.bound_s") < at(spec, "program.bound_s")
+    slower = features(MATMUL, replace(small, l2_Bps=small.l2_Bps / 4))
+    assert at(slower, "program.traffic_l1_s") == pytest.approx(at(spec, "program.traffic_l1_s") + 2 / 40)
+    assert at(slower, "program.traffic_l2_s") == at(spec, "program.traffic_l2_s")
+
+
+def test_splitting_a_scope_leaves_the_traffic_of_the_loop_order() -> None:
+    """A split runs the same iterations in the same order, so it moves the same lines: what one
+    iteration of a scope touches is still held at the next."""
+    rows = played(MATMUL, ROWS)
+    for depth, factor in ((0, 8), (1, 16), (2, 16)):
+        split = played(rows, f"split_scope(op=c#2, depth={depth}, factor={factor})")
+        for level in ("traffic_l1_s", "traffic_l2_s", "memory_s"):
+            assert at(features(split, HOST), f"program.{level}") == pytest.approx(
+                at(features(rows, HOST), f"program.{level}"), abs=1e-3), (depth, level)
 
 
 def test_the_moves_are_read_as_counts_and_the_last_kinds_in_order() -> None:
@@ -255,13 +338,26 @@ def test_a_log_is_read_against_the_machine_that_timed_it_when_its_first_line_say
     header = {"spec": to_text(spec), "prefix": [], "target": "native", "method": "sa",
               "machine": {"cpu": "elsewhere", "peak_flops": other.peak_flops, "bandwidth_Bps": other.bandwidth_Bps,
                           "cores": other.cores, "fma_in_flight": 8, "vector_bytes": other.vector_bytes,
-                          "l1d": other.l1d, "l2": other.l2, "l3": other.l3}}
+                          "l1d": other.l1d, "l2": other.l2, "l3": other.l3, "l2_Bps": other.l2_Bps,
+                          "l3_Bps": other.l3_Bps}}
     write_log(tmp_path / "timed_there.jsonl.gz", header, records)
     write_log(tmp_path / "bad_facts.jsonl.gz", {**header, "machine": {"cores": "many"}}, records)
     there, bad = read_group(tmp_path / "timed_there.jsonl.gz", HOST), read_group(tmp_path / "bad_facts.jsonl.gz", HOST)
     assert np.array_equal(there.features[1], features(played(spec, *one), other, one))
     assert not np.array_equal(there.features[1], features(played(spec, *one), HOST, one))
     assert np.array_equal(bad.features[1], features(played(spec, *one), HOST, one))  # read as the reader's
+
+
+def test_facts_without_the_caches_bandwidth_read_them_as_nominal() -> None:
+    """Logs older than the caches' measurement: a byte per peak flop from level 2, half from the last."""
+    facts = {"peak_flops": 4e11, "bandwidth_Bps": 2e10, "cores": 2, "vector_bytes": 64, "l1d": 48 << 10,
+             "l2": 2 << 20, "l3": 32 << 20}
+    old = Host.from_facts(facts)
+    assert (old.l2_Bps, old.l3_Bps, old.fma_in_flight) == (4e11, 2e11, 8)
+    assert Host.from_facts({**facts, "l2_Bps": 3e11, "l3_Bps": 1e11, "fma_in_flight": 4}) == replace(
+        HOST, l2_Bps=3e11, l3_Bps=1e11, fma_in_flight=4)
+    with pytest.raises(ValueError, match="not positive"):
+        Host.from_facts({**facts, "l2_Bps": -1.0})
 
 
 def test_a_local_runners_log_records_the_machine_it_timed_on(tmp_path: Path) -> None:
@@ -273,7 +369,7 @@ def test_a_local_runners_log_records_the_machine_it_timed_on(tmp_path: Path) -> 
     header, _ = read_log(log)
     facts = header["machine"]
     assert Host.from_facts(facts).cores == facts["cores"] >= 1 and facts["peak_flops"] > 0
-    assert facts["l1d"] > 0 and facts["vector_bytes"] in (16, 32, 64)
+    assert facts["l1d"] > 0 and facts["vector_bytes"] in (16, 32, 64) and facts["l2_Bps"] > facts["bandwidth_Bps"]
 
 
 # -- rating moves -----------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from dojo_ir import load
 from dojo_ir.library import KERNELS
 from dojo_ir.paths import without_comments
 
-HOST = Host(peak_flops=4e11, bandwidth_Bps=2e10, cores=2, vector_bytes=64, l1d=48 << 10, l2=2 << 20, l3=32 << 20)
+HOST = Host(peak_flops=4e11, bandwidth_Bps=2e10, cores=2, vector_bytes=64, l1d=48 << 10, l2=2 << 20, l3=32 << 20,
+            l2_Bps=4e11, l3_Bps=2e11)
 SPEC = without_comments(load(KERNELS["softmax"].small()))
 MODEL = CostModel.load(SHIPPED)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import runner.roofline as roofline
+from codegen.targets import host_caches
 from dojo_ir import load
 from dojo_ir.library import KERNELS
 from runner.roofline import (
@@ -146,6 +147,19 @@ def test_the_fma_probe_measures_latency_and_interval(measured: Path) -> None:
     assert 2 <= machine.fma_in_flight < detail["chains"]
 
 
+def test_the_caches_read_faster_than_memory(measured: Path) -> None:
+    """Each core's chunk of the level-2 test fits its level 2 and that of the last-level test its share
+    of the last level, and what they deliver is the machine's, not a constant."""
+    machine, detail = machine_limits(cache_dir=measured), machine_record(cache_dir=measured)["detail"]
+    caches = host_caches()
+    assert detail["l2_chunk_bytes"] <= caches.l2 // 2 and machine.l2_Bps == detail["l2_Bps"] > machine.bandwidth_Bps
+    if detail["l3_chunk_bytes"]:  # measured where the last level has room beyond level 2
+        assert 2 * caches.l2 <= detail["l3_chunk_bytes"] <= caches.l3 // machine.cores // 2
+        assert machine.l3_Bps == detail["l3_Bps"] > machine.bandwidth_Bps
+    else:
+        assert machine.l3_Bps is None
+
+
 def test_measured_machine_reads_the_record_and_never_measures(measured: Path, tmp_path: Path) -> None:
     assert measured_machine(measured) == machine_limits(cache_dir=measured)
     assert measured_machine(tmp_path) is None
@@ -195,12 +209,13 @@ def test_the_cli_prints_the_limits(measured: Path) -> None:
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     machine = machine_limits(cache_dir=measured)
-    pattern = (r"bandwidth (\d+\.\d) GB/s \(read \d+\.\d, triad \d+\.\d\), peak (\d+) GFLOP/s f32 FMA, "
-               rf"(\d+) cores?, {re.escape(machine.cpu)}\n")
+    pattern = (r"bandwidth (\d+\.\d) GB/s \(read \d+\.\d, triad \d+\.\d\), L2 (\d+) GB/s, (?:L3 \d+ GB/s, )?"
+               rf"peak (\d+) GFLOP/s f32 FMA, (\d+) cores?, {re.escape(machine.cpu)}\n")
     match = re.fullmatch(pattern, result.stdout)
     assert match, result.stdout
     assert float(match[1]) == pytest.approx(machine.bandwidth_Bps / 1e9, abs=0.05)
-    assert int(match[3]) == machine.cores
+    assert int(match[2]) == round(machine.l2_Bps / 1e9)
+    assert int(match[4]) == machine.cores
 
     result = subprocess.run([sys.executable, "-m", "server.cli", "machine", "--json"], cwd=ROOT, env=environment,
                             capture_output=True, text=True, timeout=120)

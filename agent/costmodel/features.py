@@ -9,8 +9,10 @@ The vector is the program's entries, then one row for each operation (at most SL
 predicted time), which the model scores one by one and adds up (`agent.costmodel.model`): a program
 takes the sum of its nests' times, so a move that speeds up one nest is worth that nest's share,
 which a single vector averaged over the operations cannot say. An operation's row holds its
-iterations, flops, accesses and scope kinds, its share of the program's work, the times its loop
-structure asks of the machine (`_op_times`), and one row for each of its innermost LEVELS scopes
+iterations, flops, accesses and scope kinds, the lanes the C compiler vectorises it with and
+how long its FMAs wait on each other, its share of the program's work, the times its loop
+structure asks of the machine (`_op_times`: its flops, its traffic between the cache levels and
+from memory, each at its measured rate), and one row for each of its innermost LEVELS scopes
 (innermost first): the scope's extent and kind (sequential, parallel, vector, unrolled, GPU), the
 iterations around it, and of the nest from that scope inwards the bytes and cache lines its
 accesses touch (against each cache level), their reuse, the accesses' strides at that scope, the
@@ -42,7 +44,7 @@ from codegen.targets import Target
 from dojo_ir import Program
 from dojo_ir.dependence import touches
 from dojo_ir.moves import KINDS
-from dojo_ir.tree import DTYPE_BYTES, Buffer, Op, Scope, walk_ops, walk_scopes
+from dojo_ir.tree import DTYPE_BYTES, Buffer, Call, Op, Scope, walk_expr, walk_ops, walk_scopes
 from runner.roofline import Machine, op_flops, work
 
 LEVELS = 6  # innermost scopes read per operation: a tiled nest's register and cache tiles fit
@@ -53,11 +55,21 @@ MOVE_KINDS = tuple(sorted(KINDS))
 _GPU_KINDS = ("g", "b", "w")
 
 
+def _nominal_cache_Bps(peak_flops: float, l2_Bps: float | None, l3_Bps: float | None) -> tuple[float, float]:
+    """The caches' read bandwidth as measured, or where it was not (an older log, no measurement)
+    nominal: a byte per peak flop from level 2 and half that from the last level. That is a vector
+    a cycle for a core with two FMA pipes of that width, as x86 cores of recent years read their
+    level 2 (a Zen 4 measured 0.85-1.1 and 0.7-0.95)."""
+    return (l2_Bps or peak_flops), (l3_Bps or peak_flops / 2)
+
+
 @dataclass(frozen=True)
 class Host:
-    """The machine facts the features are normalised by: peak f32 flop/s and memory bandwidth of all
-    cores (measured, `runner.roofline`), the cores, the target's vector width and one core's data
-    caches (`codegen.targets`)."""
+    """The machine facts the features are normalised by: peak f32 flop/s, memory bandwidth and the
+    level-2 and last-level caches' read bandwidth, all cores, and the FMAs a core must have under
+    way to reach its peak (measured, `runner.roofline`; 8, Zen 4's and Sapphire Rapids', in logs
+    older than the measurement), the cores, the target's vector width and one core's data caches
+    (`codegen.targets`)."""
 
     peak_flops: float
     bandwidth_Bps: float
@@ -66,6 +78,9 @@ class Host:
     l1d: int
     l2: int
     l3: int
+    l2_Bps: float
+    l3_Bps: float
+    fma_in_flight: int = 8
 
     @classmethod
     def of(cls, machine: Machine | None, target: Target) -> Host:
@@ -79,15 +94,21 @@ class Host:
         peak = machine.peak_flops if machine else cores * lanes * 2 * 2 * 2.5e9
         bandwidth = machine.bandwidth_Bps if machine else cores * 10e9
         caches = target.caches
-        return cls(peak, bandwidth, cores, target.vector_bytes, caches.l1d, caches.l2, caches.l3)
+        cache_Bps = _nominal_cache_Bps(peak, machine and machine.l2_Bps, machine and machine.l3_Bps)
+        return cls(peak, bandwidth, cores, target.vector_bytes, caches.l1d, caches.l2, caches.l3, *cache_Bps,
+                   *((machine.fma_in_flight,) if machine else ()))
 
     @classmethod
     def from_facts(cls, facts: Mapping[str, Any]) -> Host:
         """The facts a log's first line holds (`LocalRunner.machine_facts`). Raises KeyError,
         TypeError or ValueError for a record that is not one."""
-        host = cls(float(facts["peak_flops"]), float(facts["bandwidth_Bps"]), int(facts["cores"]),
-                   int(facts["vector_bytes"]), int(facts["l1d"]), int(facts["l2"]), int(facts["l3"]))
-        if min(host.peak_flops, host.bandwidth_Bps, host.cores, host.vector_bytes, host.l1d) <= 0:
+        peak = float(facts["peak_flops"])
+        cache_Bps = _nominal_cache_Bps(peak, *(float(facts[k]) if facts.get(k) else None for k in ("l2_Bps", "l3_Bps")))
+        host = cls(peak, float(facts["bandwidth_Bps"]), int(facts["cores"]), int(facts["vector_bytes"]),
+                   int(facts["l1d"]), int(facts["l2"]), int(facts["l3"]), *cache_Bps,
+                   int(facts.get("fma_in_flight") or cls.fma_in_flight))
+        if min(host.peak_flops, host.bandwidth_Bps, host.cores, host.vector_bytes, host.l1d, *cache_Bps,
+               host.fma_in_flight) <= 0:
             raise ValueError(f"machine facts that are not positive: {host}")
         return host
 
@@ -109,8 +130,8 @@ _LEVEL_NAMES = (
 )
 _OP_NAMES = (
     "present", "log_iterations", "log_flops_per_iteration", "accesses", "reduction", "depth", "parallel", "vector",
-    "unrolled", "vector_innermost", "parallel_outermost", "compute_s", "traffic_l1_s", "traffic_l2_s", "memory_s",
-    "bound_s", "work_share",
+    "unrolled", "vector_innermost", "parallel_outermost", "log_compiler_lanes", "log_chain_wait", "compute_s",
+    "traffic_l1_s", "traffic_l2_s", "memory_s", "bound_s", "work_share",
 )
 _PROGRAM_NAMES = (
     "flops_time", "bytes_time", "operations", "nests", "scopes", "temporary_bytes_vs_l2", "stack_buffers",
@@ -196,11 +217,20 @@ class _Nest:
         return cls(sizes, tuple(iterations), tuple(elements), tuple(footprint), tuple(lines))
 
     def traffic(self, capacity: int) -> int:
-        """Bytes moved into a cache of `capacity`: the lines of the outermost depth whose footprint it
-        holds, fetched once for each iteration of the scopes outside that depth (the nest's reuse
-        inside it is kept, outside it lost)."""
-        depth = next((d for d, b in enumerate(self.bytes) if b <= capacity), len(self.sizes))
-        return prod(self.sizes[:depth]) * self.lines[depth] * LINE_BYTES
+        """Bytes moved into a cache of `capacity`. Inside the outermost depth whose lines it holds
+        (a column's elements take a line each), every line is fetched once; so is every line of
+        the scope just around that depth over one run of it, since what one of its iterations
+        touches is still held at the next (a row read across a scope that moves along it costs its
+        lines once, not a line an iteration); around that scope the reuse is lost, and its lines
+        are fetched again for each iteration of the scopes outside it. A nest the cache holds
+        whole moves nothing into it: it stays there from one run to the next, as it does for the
+        runner's repetitions and a library called in a loop."""
+        fits = (d for d, lines in enumerate(self.lines) if lines * LINE_BYTES <= capacity)
+        depth = next(fits, len(self.sizes))
+        if depth == 0:
+            return 0
+        around = max(0, depth - 1)
+        return prod(self.sizes[:around]) * self.lines[around] * LINE_BYTES
 
 
 def _level_row(level: int, chain: tuple[Scope, ...], accesses: list[_Access], nest: _Nest, flops: int,
@@ -242,16 +272,73 @@ def _level_row(level: int, chain: tuple[Scope, ...], accesses: list[_Access], ne
     ]
 
 
-def _op_times(chain: tuple[Scope, ...], nest: _Nest, flops: int, host: Host) -> tuple[float, ...]:
-    """The operation's arithmetic at the rate of the lanes and cores its scopes use (one lane of one
-    core's share of the peak otherwise), and its traffic into each cache level and from memory at
-    the memory's bandwidth, in seconds: what its loop structure asks of the machine."""
+def _compiler_lanes(op: Op, chain: tuple[Scope, ...], buffer_of: dict[str, Buffer], host: Host) -> int:
+    """The lanes the C compiler's own vectoriser gives the operation where none of its scopes is
+    vector: those of the target's vectors (at most the scope's extent) along the innermost
+    sequential or unrolled scope, or the one around it (gcc vectorises an outer loop around an inner
+    reduction), if every access is contiguous or invariant along it and the target contiguous;
+    else 1. The generated C is built without -ffast-math, so a float reduction along the scope
+    keeps its order and stays scalar, and without a vector math library, so a function call does
+    too. This is what the code becomes, not a choice of schedule: a spec whose innermost loop runs
+    along rows is already vector code."""
+    if not chain or any(s.kind not in ("", "u") for s in chain[-2:]):
+        return 1
+    if any(isinstance(e, Call) for e in walk_expr(op.value)):
+        return 1
+    found = touches(op, chain)
+    strides = [(touch.write, _row_major(buffer_of[touch.access.array]), touch) for touch in found]
+    widest = max(DTYPE_BYTES[buffer_of[t.access.array].dtype] for t in found)
+    for depth in range(len(chain) - 1, max(-1, len(chain) - 3), -1):
+        along = [(write, sum(form.coef(depth) * step for form, step in zip(touch.forms, steps, strict=True)))
+                 for write, steps, touch in strides]
+        if all(stride == 1 if write else stride in (0, 1) for write, stride in along):
+            return max(1, min(host.vector_bytes // widest, chain[depth].size))
+    return 1
+
+
+# Instructions a core keeps under way past one that waits (its reorder window: 320 on Zen 4, 512 on
+# Golden Cove), and those of one iteration of a reduction's loop (load, FMA, index, branch).
+REORDER_WINDOW = 320
+_INSTRUCTIONS_AN_ITERATION = 4
+
+
+def _chain_wait(op: Op, chain: tuple[Scope, ...], target: _Access, host: Host) -> float:
+    """How many times slower than their issue rate the operation's FMAs run because each waits on
+    the last: a reduction along its innermost scopes (its target the same element over them, and
+    none of them vector) is one chain of dependent FMAs an element (no -ffast-math reorders them),
+    and a core overlaps only the chains of the elements its reorder window reaches: a 3x3 window's
+    nine FMAs an output overlap with the next outputs', a dot product of 128 with none. 1 when
+    enough chains are under way to fill the FMA pipes (`fma_in_flight`)."""
+    run = 1
+    for depth in range(len(chain) - 1, -1, -1):
+        if op.reduction is None or chain[depth].kind == "v" or any(f.coef(depth) for f in target.forms):
+            break
+        run *= chain[depth].size
+    if run == 1:
+        return 1.0
+    overlapping = REORDER_WINDOW / (run * _INSTRUCTIONS_AN_ITERATION)
+    return host.fma_in_flight / min(host.fma_in_flight, max(1.0, overlapping))
+
+
+def _op_times(chain: tuple[Scope, ...], nest: _Nest, flops: int, host: Host,
+              compiler_lanes: int = 1, wait: float = 1.0) -> tuple[float, ...]:
+    """What the operation's loop structure asks of the machine, in seconds: its arithmetic at the
+    rate of the lanes and cores its scopes use (the compiler's `compiler_lanes` where no scope is
+    vector, one lane of one core's share of the peak otherwise), `wait` times slower where its
+    FMAs wait on each other (`_chain_wait`); then its traffic into level 1 at level 2's
+    bandwidth and into level 2 at the last level's, both at the share of the cores its scopes use
+    (each core reads its own level 2 and its own part of the last), and into the last level at
+    the memory's bandwidth. A loop order that streams a large operand through level 1 once per
+    row, which the compulsory roofline cannot see when the working set fits the last level, shows
+    in the second."""
     lanes_peak = max(1, host.vector_bytes // 4)
-    lanes = min(lanes_peak, max((s.size for s in chain if s.kind == "v"), default=1))
+    lanes = min(lanes_peak, max((s.size for s in chain if s.kind == "v"), default=compiler_lanes))
     threads = min(host.cores, max((s.size for s in chain if s.kind == "p"), default=1))
     lane_rate = host.peak_flops / host.cores / lanes_peak
-    compute = nest.iterations[0] * flops / (lane_rate * lanes * threads)
-    return (compute, *(nest.traffic(c) / host.bandwidth_Bps for c in (host.l1d, host.l2, host.l3)))
+    compute = nest.iterations[0] * flops / (lane_rate * lanes * threads) * wait
+    share = threads / host.cores
+    return (compute, nest.traffic(host.l1d) / (host.l2_Bps * share), nest.traffic(host.l2) / (host.l3_Bps * share),
+            nest.traffic(host.l3) / host.bandwidth_Bps)
 
 
 def _moves_part(moves: tuple[str, ...]) -> list[float]:
@@ -285,7 +372,8 @@ class _OpPart:
 
     @property
     def bound_s(self) -> float:
-        return max(self.times[0], self.times[3])
+        """The slowest of its times: a roofline over every level, not memory alone."""
+        return max(self.times)
 
 
 def _op_part(op: Op, chain: tuple[Scope, ...], buffer_of: dict[str, Buffer], host: Host) -> _OpPart:
@@ -298,10 +386,13 @@ def _op_part(op: Op, chain: tuple[Scope, ...], buffer_of: dict[str, Buffer], hos
     for k, level in enumerate(range(len(chain) - 1, max(-1, len(chain) - 1 - LEVELS), -1)):
         levels[k] = _level_row(level, chain, accesses, nest, flops, host)
     kinds = [s.kind for s in chain]
-    times = _op_times(chain, nest, flops, host)
+    compiler_lanes = _compiler_lanes(op, chain, buffer_of, host)
+    wait = _chain_wait(op, chain, accesses[0], host)  # the target's: `touches` lists it first
+    times = _op_times(chain, nest, flops, host, compiler_lanes, wait)
     own = [1.0, _log2(iterations) / 30, _log2(1 + flops) / 5, len(accesses) / 8, float(op.reduction is not None),
            len(chain) / 10, "p" in kinds, "v" in kinds, "u" in kinds, bool(kinds) and kinds[-1] == "v",
-           bool(kinds) and kinds[0] == "p", *(_seconds(t) for t in times), _seconds(max(times[0], times[3])), 0.0]
+           bool(kinds) and kinds[0] == "p", _log2(compiler_lanes) / 4, _log2(wait) / 3, *(_seconds(t) for t in times),
+           _seconds(max(times)), 0.0]
     return _OpPart(weight, np.concatenate([np.asarray(own, dtype=np.float64), levels.ravel()]), times)
 
 

@@ -31,7 +31,8 @@ def add_to(commands: argparse._SubParsersAction) -> None:
     add_runner_options(run)
     run.set_defaults(run=cmd_run)
 
-    machine = commands.add_parser("machine", help="this machine's memory bandwidth and peak FLOP/s (the roofline)")
+    machine = commands.add_parser("machine",
+                                  help="this machine's bandwidth of memory and caches and peak FLOP/s (the roofline)")
     machine.add_argument("--refresh", action="store_true", help="measure again instead of reading the cache")
     machine.add_argument("--json", action="store_true", help="the limits and how they were measured, as JSON")
     machine.set_defaults(run=cmd_machine)
@@ -97,7 +98,9 @@ def cmd_machine(args: argparse.Namespace) -> int:
         print(json.dumps(record, indent=1))
         return 0
     detail = record["detail"]
+    caches = "".join(f"{level} {record[key] / 1e9:.0f} GB/s, " for level, key in (("L2", "l2_Bps"), ("L3", "l3_Bps"))
+                     if record.get(key))
     print(f"bandwidth {record['bandwidth_Bps'] / 1e9:.1f} GB/s (read {detail['read_Bps'] / 1e9:.1f}, "
-          f"triad {detail['triad_Bps'] / 1e9:.1f}), peak {record['peak_flops'] / 1e9:.0f} GFLOP/s f32 FMA, "
+          f"triad {detail['triad_Bps'] / 1e9:.1f}), {caches}peak {record['peak_flops'] / 1e9:.0f} GFLOP/s f32 FMA, "
           f"{record['cores']} core{'s' * (record['cores'] != 1)}, {record['cpu']}")
     return 0
