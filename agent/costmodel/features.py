@@ -96,7 +96,7 @@ class Host:
         caches = target.caches
         cache_Bps = _nominal_cache_Bps(peak, machine and machine.l2_Bps, machine and machine.l3_Bps)
         return cls(peak, bandwidth, cores, target.vector_bytes, caches.l1d, caches.l2, caches.l3, *cache_Bps,
-                   *((machine.fma_in_flight,) if machine else ()))
+                   machine.fma_in_flight if machine else cls.fma_in_flight)
 
     @classmethod
     def from_facts(cls, facts: Mapping[str, Any]) -> Host:
@@ -179,6 +179,11 @@ def _accesses(op: Op, chain: tuple[Scope, ...], buffer_of: dict[str, Buffer]) ->
     return list(found.values())
 
 
+def _stride(access: _Access, depth: int) -> int:
+    """The elements `access` moves in storage per step of the scope at `depth`."""
+    return sum(form.coef(depth) * step for form, step in zip(access.forms, access.strides, strict=True))
+
+
 def _footprint(access: _Access, sizes: tuple[int, ...], inner: int) -> tuple[int, int]:
     """The elements and cache lines `access` touches over the scopes from depth `inner` inwards
     (the outer ones held), each dimension's range capped by its storage."""
@@ -229,8 +234,7 @@ class _Nest:
         depth = next(fits, len(self.sizes))
         if depth == 0:
             return 0
-        around = max(0, depth - 1)
-        return prod(self.sizes[:around]) * self.lines[around] * LINE_BYTES
+        return prod(self.sizes[:depth - 1]) * self.lines[depth - 1] * LINE_BYTES
 
 
 def _level_row(level: int, chain: tuple[Scope, ...], accesses: list[_Access], nest: _Nest, flops: int,
@@ -239,8 +243,7 @@ def _level_row(level: int, chain: tuple[Scope, ...], accesses: list[_Access], ne
     scope = chain[level]
     outer = prod(nest.sizes[:level])
     footprint = nest.bytes[level]
-    strides = [abs(sum(form.coef(level) * step for form, step in zip(a.forms, a.strides, strict=True))) * a.bytes
-               for a in accesses]
+    strides = [abs(_stride(a, level)) * a.bytes for a in accesses]
     count = max(1, len(accesses))
     balance = host.peak_flops / host.bandwidth_Bps
     kind = scope.kind
@@ -272,7 +275,7 @@ def _level_row(level: int, chain: tuple[Scope, ...], accesses: list[_Access], ne
     ]
 
 
-def _compiler_lanes(op: Op, chain: tuple[Scope, ...], buffer_of: dict[str, Buffer], host: Host) -> int:
+def _compiler_lanes(op: Op, chain: tuple[Scope, ...], accesses: list[_Access], host: Host) -> int:
     """The lanes the C compiler's own vectoriser gives the operation where none of its scopes is
     vector: those of the target's vectors (at most the scope's extent) along the innermost
     sequential or unrolled scope, or the one around it (gcc vectorises an outer loop around an inner
@@ -285,13 +288,10 @@ def _compiler_lanes(op: Op, chain: tuple[Scope, ...], buffer_of: dict[str, Buffe
         return 1
     if any(isinstance(e, Call) for e in walk_expr(op.value)):
         return 1
-    found = touches(op, chain)
-    strides = [(touch.write, _row_major(buffer_of[touch.access.array]), touch) for touch in found]
-    widest = max(DTYPE_BYTES[buffer_of[t.access.array].dtype] for t in found)
+    target, *reads = accesses  # `touches` lists the target first
+    widest = max(a.bytes for a in accesses)
     for depth in range(len(chain) - 1, max(-1, len(chain) - 3), -1):
-        along = [(write, sum(form.coef(depth) * step for form, step in zip(touch.forms, steps, strict=True)))
-                 for write, steps, touch in strides]
-        if all(stride == 1 if write else stride in (0, 1) for write, stride in along):
+        if _stride(target, depth) == 1 and all(_stride(a, depth) in (0, 1) for a in reads):
             return max(1, min(host.vector_bytes // widest, chain[depth].size))
     return 1
 
@@ -386,7 +386,7 @@ def _op_part(op: Op, chain: tuple[Scope, ...], buffer_of: dict[str, Buffer], hos
     for k, level in enumerate(range(len(chain) - 1, max(-1, len(chain) - 1 - LEVELS), -1)):
         levels[k] = _level_row(level, chain, accesses, nest, flops, host)
     kinds = [s.kind for s in chain]
-    compiler_lanes = _compiler_lanes(op, chain, buffer_of, host)
+    compiler_lanes = _compiler_lanes(op, chain, accesses, host)
     wait = _chain_wait(op, chain, accesses[0], host)  # the target's: `touches` lists it first
     times = _op_times(chain, nest, flops, host, compiler_lanes, wait)
     own = [1.0, _log2(iterations) / 30, _log2(1 + flops) / 5, len(accesses) / 8, float(op.reduction is not None),
