@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from agent.passes import heuristic
 from codegen import TARGETS, generate, get_target
 from codegen.build import BuildError, build
-from codegen.c import generate_c, streamed
+from codegen.c import generate_c, node_code, streamed
 from codegen.cvector import pieces, streamable, vector_pieces, widened_tail
 from codegen.targets import Target, streaming_threshold_bytes
 from codegen.vector_helpers import vector_helper_source
@@ -513,7 +513,7 @@ def test_streaming_stores_only_where_safe(cache: Path) -> None:
     assert streamed(program, 8 * 64 * 4 + 1) == set()  # smaller than the threshold
     assert streamed(load(KERNELS["add"].text()), streaming_threshold_bytes()) == set()  # not vectorized
     source = generate_c(program, NATIVE if NATIVE.x86 else get_target("x86-avx2"), threshold=0)
-    kernel = source[source.index("static void kernel"):source.index("static void *dojo_alloc")]
+    kernel = source[source.index("static inline void kernel_nest0"):source.index("static void *dojo_alloc")]
     assert kernel.count("dojo_stream_f32x16(&b_") == 2 and "dojo_stream_f32x16(&b_y[i0*64 + i1*16], " in kernel
     assert ("#pragma omp parallel\n    {\n        #pragma omp for schedule(static) nowait\n"
             "        for (long i0 = 0; i0 < 8; ++i0) {") in kernel
@@ -574,11 +574,54 @@ u f32 [64:1] stack
 |    8:v y[{0},{1}] = t[{0},{1}] / u[{0}]
 """)
     source = generate(program, NATIVE)
-    loop = source.index("#pragma omp parallel for schedule(static)\n    for (long i0 = 0; i0 < 64; ++i0) {")
-    # declared inside the parallel loop's body: each thread has its own
-    assert loop < source.index("float b_t[8]") < source.index("float b_u[1]") < source.index("b_u[0] = ")
+    assert ("#pragma omp parallel for schedule(static)\n    for (long i0 = 0; i0 < 64; ++i0) {\n"
+            "        kernel_nest0(i0, b_x, b_y);\n    }") in source
+    # declared inside the parallel loop's body, the function it calls: each thread has its own
+    nest = source[source.index("static inline void kernel_nest0(long i0, "):source.index("static void kernel(")]
+    assert nest.index("float b_t[8]") < nest.index("float b_u[1]") < nest.index("b_u[0] = ")
     for seed in range(3):
         assert_matches(program, cache, random_inputs(program, seed))
+
+
+ACCUMULATING_IN_PARALLEL = """kernel k(x, w) -> t
+
+x f32 [7, 32] heap
+w f32 [32, 32] heap
+t f32 [2, 7, 32] heap
+s f32 [1] stack
+
+s[0] = 2
+2 7:p 32 32 t[{0},{1},{3}] = 0
+| |   | |   t[{0},{1},{3}] += x[{1},{2}] * w[{2},{3}] * s[0]
+"""
+
+
+def vectoriser_notes(source: str, target: Target, directory: Path) -> str:
+    """What gcc's vectoriser says of `source` built for `target`."""
+    unit = directory / "unit.c"
+    unit.write_text(source)
+    flags = [f for f in target.flags if f.startswith(("-O", "-m", "-f", "-std"))]
+    built = subprocess.run([*target.compiler, "-c", str(unit), "-o", str(directory / "unit.o"), *flags,
+                            "-fopt-info-vec-all"], capture_output=True, text=True, check=True)
+    return built.stderr
+
+
+def test_a_parallel_loops_body_keeps_its_restrict_pointers(cache: Path, tmp_path: Path) -> None:
+    """The body of a `:p` loop is a function of its own that takes the buffers as `restrict` pointers, the
+    loop variables in scope and the local buffers declared outside the loop: inside OpenMP's outlined
+    region gcc no longer knows that the accumulation into `t` cannot write `x` or `w`, and versions
+    the loop for aliasing (it then reloads and stores `t` at every step of the reduction)."""
+    program = load(ACCUMULATING_IN_PARALLEL)
+    source = generate(program, NATIVE)
+    assert ("static inline void kernel_nest0(long i0, long i1, const float *restrict b_x, const float *restrict b_w, "
+            "float *restrict b_t, float *restrict b_s)") in source
+    assert ("    for (long i0 = 0; i0 < 2; ++i0) {\n        #pragma omp parallel for schedule(static)\n"
+            "        for (long i1 = 0; i1 < 7; ++i1) {\n"
+            "            kernel_nest0(i0, i1, b_x, b_w, b_t, b_s);") in source
+    assert "versioned for vectorization because of possible aliasing" not in vectoriser_notes(source, NATIVE, tmp_path)
+    assert_matches(program, cache)
+    # what the editor shows of the loop is its code as written, not the call
+    assert "kernel_nest" not in node_code(program, (1,)) and "t[i0*224 + i1*32 + i3] +=" in node_code(program, (1,))
 
 
 def test_folded_dimensions(cache: Path) -> None:

@@ -74,45 +74,50 @@ static inline float dojo_hmax_f32x16(vf32x16 a) { vf32x8 l = __builtin_shuffleve
 static inline vf32x16 dojo_max_f32x16(vf32x16 a, vf32x16 b) { vi32x16 m = (a > b) | (a != a); return (vf32x16)(((vi32x16)a & m) | ((vi32x16)b & ~m)); }
 static inline vf32x16 dojo_splat_f32x16(float s) { return (vf32x16){s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s}; }
 
+static inline void kernel_nest0(long i0, const float *restrict b_x, float *restrict b_y)
+{
+    float b_m[1] __attribute__((aligned(64)));
+    float b_e[32] __attribute__((aligned(64)));
+    float b_s[1] __attribute__((aligned(64)));
+    float b_m_acc[1] __attribute__((aligned(64)));
+    float b_s_acc[1] __attribute__((aligned(64)));
+    b_m[0] = -((float)INFINITY);
+    b_m_acc[0] = b_m[0];
+    {
+        vf32x16 acc1_0 = dojo_splat_f32x16(-INFINITY), acc1_1 = dojo_splat_f32x16(-INFINITY);
+        for (long i1 = 0; i1 < 2; i1 += 2) {
+            acc1_0 = dojo_max_f32x16(acc1_0, *(const vf32x16 *)&b_x[i0*32 + i1*16]);
+            acc1_1 = dojo_max_f32x16(acc1_1, *(const vf32x16 *)&b_x[i0*32 + (i1 + 1)*16]);
+        }
+        acc1_0 = dojo_max_f32x16(acc1_0, acc1_1);
+        b_m_acc[0] = dojo_max_f32(b_m_acc[0], dojo_hmax_f32x16(acc1_0));
+    }
+    b_m[0] = b_m_acc[0];
+    for (long i1 = 0; i1 < 2; ++i1) {
+        *(vf32x16 *)&b_e[i1*16] = dojo_exp_f32x16(*(const vf32x16 *)&b_x[i0*32 + i1*16] - dojo_splat_f32x16(b_m[0]));
+    }
+    b_s[0] = ((float)0);
+    b_s_acc[0] = b_s[0];
+    {
+        vf32x16 acc1_0 = dojo_splat_f32x16(0.0f), acc1_1 = dojo_splat_f32x16(0.0f);
+        for (long i1 = 0; i1 < 2; i1 += 2) {
+            acc1_0 = acc1_0 + (*(const vf32x16 *)&b_e[i1*16]);
+            acc1_1 = acc1_1 + (*(const vf32x16 *)&b_e[(i1 + 1)*16]);
+        }
+        acc1_0 = acc1_0 + (acc1_1);
+        b_s_acc[0] += dojo_hadd_f32x16(acc1_0);
+    }
+    b_s[0] = b_s_acc[0];
+    for (long i1 = 0; i1 < 2; ++i1) {
+        *(vf32x16 *)&b_y[i0*32 + i1*16] = *(const vf32x16 *)&b_e[i1*16] / dojo_splat_f32x16(b_s[0]);
+    }
+}
+
 static void kernel(const float *restrict b_x, float *restrict b_y)
 {
     #pragma omp parallel for schedule(static)
     for (long i0 = 0; i0 < 4; ++i0) {
-        float b_m[1] __attribute__((aligned(64)));
-        float b_e[32] __attribute__((aligned(64)));
-        float b_s[1] __attribute__((aligned(64)));
-        float b_m_acc[1] __attribute__((aligned(64)));
-        float b_s_acc[1] __attribute__((aligned(64)));
-        b_m[0] = -((float)INFINITY);
-        b_m_acc[0] = b_m[0];
-        {
-            vf32x16 acc1_0 = dojo_splat_f32x16(-INFINITY), acc1_1 = dojo_splat_f32x16(-INFINITY);
-            for (long i1 = 0; i1 < 2; i1 += 2) {
-                acc1_0 = dojo_max_f32x16(acc1_0, *(const vf32x16 *)&b_x[i0*32 + i1*16]);
-                acc1_1 = dojo_max_f32x16(acc1_1, *(const vf32x16 *)&b_x[i0*32 + (i1 + 1)*16]);
-            }
-            acc1_0 = dojo_max_f32x16(acc1_0, acc1_1);
-            b_m_acc[0] = dojo_max_f32(b_m_acc[0], dojo_hmax_f32x16(acc1_0));
-        }
-        b_m[0] = b_m_acc[0];
-        for (long i1 = 0; i1 < 2; ++i1) {
-            *(vf32x16 *)&b_e[i1*16] = dojo_exp_f32x16(*(const vf32x16 *)&b_x[i0*32 + i1*16] - dojo_splat_f32x16(b_m[0]));
-        }
-        b_s[0] = ((float)0);
-        b_s_acc[0] = b_s[0];
-        {
-            vf32x16 acc1_0 = dojo_splat_f32x16(0.0f), acc1_1 = dojo_splat_f32x16(0.0f);
-            for (long i1 = 0; i1 < 2; i1 += 2) {
-                acc1_0 = acc1_0 + (*(const vf32x16 *)&b_e[i1*16]);
-                acc1_1 = acc1_1 + (*(const vf32x16 *)&b_e[(i1 + 1)*16]);
-            }
-            acc1_0 = acc1_0 + (acc1_1);
-            b_s_acc[0] += dojo_hadd_f32x16(acc1_0);
-        }
-        b_s[0] = b_s_acc[0];
-        for (long i1 = 0; i1 < 2; ++i1) {
-            *(vf32x16 *)&b_y[i0*32 + i1*16] = *(const vf32x16 *)&b_e[i1*16] / dojo_splat_f32x16(b_s[0]);
-        }
+        kernel_nest0(i0, b_x, b_y);
     }
 }
 
