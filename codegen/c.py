@@ -13,9 +13,9 @@ by its depth, and its kind says how:
   in scope. OpenMP moves a parallel loop's body into a function that reads
   the pointers from a struct, and gcc loses what `restrict` said of them:
   it then versions the loops inside for possible aliasing and keeps nothing
-  in registers across stores (a pointwise convolution's accumulation ran
-  2.7x slower). A function with `restrict` parameters, inlined or not,
-  says it again;
+  in registers across stores (a pointwise convolution accumulating into a
+  heap buffer ran 2.55 ms, against 0.81 ms so). A function with `restrict`
+  parameters, inlined or not, says it again;
 - `:u` writes the body once per iteration, with the loop variable a constant;
 - `:v` computes its one operation on vectors (cvector.py), calling helpers
   that vector_helpers.py defines;
@@ -253,7 +253,7 @@ def _streaming(program: Program, target: Target | None, threshold: int | None = 
 
 
 def kernel_function(program: Program, target: Target | None = None, threshold: int | None = None) -> str:
-    """`static void kernel(...) { ... }`; `threshold` as `generate_c`'s."""
+    """The parallel loops' functions, then `static void kernel(...) { ... }`; `threshold` as `generate_c`'s."""
     streaming = _streaming(program, target, threshold)
     emitter = _Emitter(program, streaming)
     body = list(indented([*emitter.heap_padding(), *emitter.block(program.body, (), {})]))
