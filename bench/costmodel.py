@@ -16,6 +16,9 @@ among the five, the model puts first). Beside the model, on the same splits:
   of its flops at the lanes and cores its scopes use and its traffic between the cache levels and
   from memory at their measured bandwidths);
 - XGBoost (rank:pairwise) on the same features, the model class of TenSet's and Ansor's cost models.
+- the cost model blind to the derivation's moves (`no-moves`: their entries zeroed, in training and
+  scoring, with the `--extra` logs when there are): whether reading the moves as a sequence adds to
+  what the loop structure says.
 
 `--transfer` logs (e.g. a library built on another machine or from real models) are scored by a model
 trained on every `--logs` group. `--extra` logs are training data only, never scored: the cost
@@ -49,7 +52,8 @@ from codegen.targets import get_target  # noqa: E402
 from runner.roofline import machine_limits  # noqa: E402
 
 LOGS = ("bench/results/agent_heldout_runs", "bench/results/convergence_runs/logs", "bench/results/tuned/logs")
-RANKERS = ("model", "xgboost", "roofline")
+RANKERS = ("model", "no-moves", "xgboost", "roofline")
+_MOVE_ENTRIES = [i for i, name in enumerate(NAMES) if name.startswith("moves.") or name == "program.log_moves"]
 
 
 def folds(groups: list[Group], by: str, count: int, seed: int) -> list[set[str]]:
@@ -72,9 +76,22 @@ def cross_validate(groups: list[Group], train, by: str, count: int, seed: int) -
     return ranking(scored)
 
 
-def mlp(steps: int, seed: int, extra: list[Group] = ()):
+def without_moves(features: np.ndarray) -> np.ndarray:
+    """`features` with the entries that read the derivation's moves zeroed: the loop structure alone."""
+    blind = features.copy()
+    blind[..., _MOVE_ENTRIES] = 0
+    return blind
+
+
+def mlp(steps: int, seed: int, extra: list[Group] = (), moves: bool = True):
+    """The cost model's training; without `moves`, blind to the derivation (`without_moves`)."""
     def train(groups: list[Group]):
-        return CostModel.train([*groups, *extra], Training(steps=steps, seed=seed)).score_features
+        training = [*groups, *extra]
+        if moves:
+            return CostModel.train(training, Training(steps=steps, seed=seed)).score_features
+        model = CostModel.train([replace(g, features=without_moves(g.features)) for g in training],
+                                Training(steps=steps, seed=seed))
+        return lambda features: model.score_features(without_moves(features))
     return train
 
 
@@ -144,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     rankers = {"model": [("cost model (MLP, RankNet)", lambda seed: mlp(args.steps, seed)),
                          *([(with_extra, lambda seed: mlp(args.steps, seed, extra))] if extra else [])],
+               "no-moves": [("cost model blind to the moves (their entries zeroed)"
+                             + (", with the `--extra` logs" if extra else ""),
+                             lambda seed: mlp(args.steps, seed, extra, moves=False))],
                "xgboost": [("XGBoost rank:pairwise, same features", lambda seed: xgboost)],
                "roofline": [("roofline of the loop structure (`program.bound_s`)", lambda seed: roofline)]}
     for by in args.by:
@@ -185,12 +205,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"of {int(np.median([len(g) for g in transfer]))} programs a log; chance top-1 "
                   f"{chance(transfer).top1:.3f}), by a model trained on:", "",
                   "| trained on | pairwise accuracy | top-1 recall | top-5 recall |", "|---|---|---|---|"]
-        trainings = [("every group above", groups)]
-        trainings += [("every group above and the `--extra` logs", [*groups, *extra])] if extra else []
-        for label, training in trainings:
-            results = [ranking([(score(g.features), g.times_s) for g in transfer]) for score in
-                       (CostModel.train(training, Training(steps=args.steps, seed=seed)).score_features
-                        for seed in range(args.seeds))]
+        trainings = [("every group above", lambda seed: mlp(args.steps, seed))]
+        if extra:
+            trainings.append(("every group above and the `--extra` logs", lambda seed: mlp(args.steps, seed, extra)))
+        if "no-moves" in args.rankers:
+            trainings.append(("the same, blind to the moves (their entries zeroed)",
+                              lambda seed: mlp(args.steps, seed, extra, moves=False)))
+        for label, make in trainings:
+            results = [ranking([(score(g.features), g.times_s) for g in transfer])
+                       for score in (make(seed)(groups) for seed in range(args.seeds))]
             lines.append(f"| {label} | " + " | ".join(f"{np.mean([getattr(r, f) for r in results]):.3f}"
                                                       for f in ("pairwise", "top1", "top5")) + " |")
         bound = ranking([(roofline(transfer)(g.features), g.times_s) for g in transfer])
