@@ -196,9 +196,10 @@ class _Emitter:
             yield from accumulated
             return
         var = loop_var(depth)
-        body = list(self.block(node.body, path, {**env, depth: var}))
+        inner = {**env, depth: var}
+        body = list(self.block(node.body, path, inner))
         if node.kind == "p" and self.outline:
-            body = [self.nest_call(body, path, {**env, depth: var})]
+            body = [self.nest_call(body, path, inner)]
         loop = [f"for (long {var} = 0; {var} < {node.size}; ++{var}) {{", *indented(body), "}"]
         if node.kind == "p" and any(self._streams(s) for s, _ in walk_scopes((node,))):
             # each thread fences its own streaming stores before the region ends
