@@ -87,7 +87,7 @@ def test_the_bars_compare_the_agent_at_100_with_the_others_at_200() -> None:
     assert "(a) Not computed: no runs of agent" in "\n".join(bars(time_of, ["k"], ["sa"], 200)[0])
 
 
-def test_the_continuing_bar_compares_the_agent_from_the_heuristic_program_with_sa_heuristic_at_40() -> None:
+def test_the_continuing_bar_compares_the_agent_with_sa_heuristic_at_40_and_states_the_roofline_floor() -> None:
     times = {"k": {(CONTINUING, 0): 1.2, (CONTINUING, 40): 0.7, ("sa:heuristic", 40): 1.0},
              "j": {(CONTINUING, 0): 1.2, (CONTINUING, 40): 0.9, ("sa:heuristic", 40): 1.0}}
 
@@ -95,11 +95,14 @@ def test_the_continuing_bar_compares_the_agent_from_the_heuristic_program_with_s
         return times[kernel][method, budget]
 
     remeasured = {("k", ()): 2.0, ("j", ()): 2.0}
-    lines, ratios = continuing(time_of, remeasured, ["k", "j"])
+    floors = {"k": 0.5, "j": 0.8}  # the roofline bounds: the least the ratio can be is bound / sa's time
+    lines, ratios = continuing(time_of, remeasured, floors)
     assert "0.794 in geometric mean, 0.900 at worst: **met**" in "\n".join(lines)  # sqrt(0.7 * 0.9)
-    assert "| k | 1.67x | 2.00x | 2.86x | 0.700 |" in lines
+    assert "| k | 1.67x | 2.00x | 2.86x | 0.700 | 0.500 |" in lines
+    assert "at the roofline bound on every kernel would give 0.632" in "\n".join(lines)  # sqrt(0.5 * 0.8)
+    assert ratios["roofline bound / sa:heuristic 40"] == pytest.approx(0.632, abs=1e-3)
     times["j"][CONTINUING, 40] = 1.1  # one kernel more than 5% slower than sa:heuristic fails the bar
-    assert "**not met**" in "\n".join(continuing(time_of, remeasured, ["k", "j"])[0])
+    assert "**not met**" in "\n".join(continuing(time_of, remeasured, floors)[0])
 
 
 def test_the_real_model_bar_compares_the_agent_at_60_with_the_heuristic_pass_and_sa() -> None:
