@@ -354,7 +354,8 @@ def report(args: argparse.Namespace, argv: list[str] | None, specs: dict[str, Pr
     draw(runs, kernels, [m for m in methods if m != CONTINUING], args.seeds, top, plot)
     lines += bar_lines
     if CONTINUING in methods and "sa:heuristic" in methods:
-        floors = {name: bound_s(work(specs[name]), machine_limits()) for name in kernels}
+        limits = machine_limits()
+        floors = {name: bound_s(work(specs[name]), limits) for name in kernels}
         continuing_lines, continuing_ratios = continuing(time_of, remeasured, floors)
         lines += continuing_lines
         ratios |= continuing_ratios

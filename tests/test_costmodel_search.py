@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from test_agent_search import FakeRunner
 
-from agent.costmodel.features import Host
+from agent.costmodel.features import NAMES, Host
 from agent.costmodel.model import SHIPPED, CostModel
-from agent.costmodel.search import Ranked, continue_ranked, search_ranked
+from agent.costmodel.search import CONTINUING, Ranked, _Game, continue_ranked, search_ranked
 from agent.evaluate import Evaluator, replay_moves, text_hash
 from agent.perfllm.game import kind
 from dojo_ir import load
@@ -74,6 +75,28 @@ def test_refitting_on_what_was_measured_finds_what_pays_on_this_kernel() -> None
                    for seed in range(3))
 
     assert log_time(60) < log_time(0) - math.log(2)
+
+
+class FourMovesOn:
+    """A model that sees nothing in a program but how many moves made it, and likes only four."""
+
+    log_moves = NAMES.index("program.log_moves")
+
+    def score_features(self, rows: np.ndarray) -> np.ndarray:
+        return np.where(np.isclose(rows[:, self.log_moves], math.log1p(4) / 4), -1.0, 0.0)
+
+
+@pytest.mark.parametrize(("lookahead", "sees"), [(4, True), (3, False)])
+def test_a_candidates_value_is_the_best_score_within_the_lookahead(lookahead: int, sees: bool) -> None:
+    game = _Game(SPEC, FourMovesOn(), HOST, Paying(), "native", (), Ranked(lookahead=lookahead), 0)
+    values = [c.value for c in game.candidates([((), SPEC)])]
+    assert all(c == 0 for c in values) != sees  # only a lookahead of four reaches the programs four moves on
+    assert (min(values) == -1) == sees
+
+
+def test_a_search_looks_further_ahead_than_a_ten_move_game() -> None:
+    """A search can come back for what pays later; a continuation plays every step (see CONTINUING)."""
+    assert Ranked().lookahead == 4 and CONTINUING.lookahead == 2
 
 
 def test_the_start_must_run() -> None:
