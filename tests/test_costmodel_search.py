@@ -94,9 +94,27 @@ def test_a_candidates_value_is_the_best_score_within_the_lookahead(lookahead: in
     assert (min(values) == -1) == sees
 
 
-def test_a_search_looks_further_ahead_than_a_ten_move_game() -> None:
-    """A search can come back for what pays later; a continuation plays every step (see CONTINUING)."""
-    assert Ranked().lookahead == 4 and CONTINUING.lookahead == 2
+def test_a_search_looks_further_ahead_in_smaller_batches_than_a_ten_move_game() -> None:
+    """A search can come back for what pays later and gets a move deeper a batch; a continuation plays
+    every step, so each of its batches measures more (see Ranked and CONTINUING)."""
+    assert (Ranked().lookahead, Ranked().measure) == (4, 2)
+    assert (CONTINUING.lookahead, CONTINUING.measure, CONTINUING.explore) == (2, 3, 2)
+
+
+def test_a_search_reads_each_programs_features_and_moves_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches share their parents and lookahead with the last one; what the game learnt of a program is kept."""
+    import agent.costmodel.search as search
+
+    read, listed = [], []
+    features, legal_moves = search.features, search.legal_moves
+    monkeypatch.setattr(search, "features", lambda program, host, moves: read.append(moves) or features(
+        program, host, moves))
+    monkeypatch.setattr(search, "legal_moves", lambda program, facts: listed.append(program) or legal_moves(
+        program, facts))
+    result = search_ranked(SPEC, MODEL, HOST, Paying(), ranked=Ranked(refit_steps=0), steps=16)
+    assert len(result.steps) == 16
+    assert len(read) == len(set(read)) > 16 * 8  # the lookahead scored many programs, none twice
+    assert len(listed) == len({without_comments(p) for p in listed})
 
 
 def test_the_start_must_run() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import runner.roofline as roofline
-from codegen.targets import host_caches
+from codegen.targets import Caches, host_caches
 from dojo_ir import load
 from dojo_ir.library import KERNELS
 from runner.roofline import (
@@ -25,6 +25,7 @@ from runner.roofline import (
     machine_limits,
     machine_record,
     measured_machine,
+    warm_bound_s,
     work,
 )
 
@@ -114,6 +115,18 @@ def test_bound_picks_the_slower_side() -> None:
     assert bound_s(Work(bytes=10**9, flops=10**9), machine) == pytest.approx(0.1)  # memory-bound
     assert bound_s(Work(bytes=10**6, flops=10**11), machine) == pytest.approx(1.0)  # compute-bound
     assert bound_s(Work(bytes=0, flops=0), machine) == 0.0
+
+
+def test_a_warm_bound_reads_the_bytes_from_the_nearest_level_that_holds_them() -> None:
+    machine = Machine(bandwidth_Bps=10e9, peak_flops=100e9, cores=2, cpu="test", l2_Bps=200e9, l3_Bps=50e9)
+    caches = Caches(l1d=32 << 10, l2=1 << 20, l3=32 << 20)
+    for size, bound in [(48 << 10, 1e-9), (1 << 20, (1 << 20) / 200e9), (16 << 20, (16 << 20) / 50e9),
+                        (64 << 20, (64 << 20) / 10e9)]:
+        work = Work(bytes=size, flops=100)  # the flops take 1 ns
+        assert warm_bound_s(work, machine, caches) == pytest.approx(bound)
+        assert warm_bound_s(work, machine, caches) <= bound_s(work, machine)
+    unmeasured = Machine(bandwidth_Bps=10e9, peak_flops=100e9, cores=2, cpu="test")
+    assert warm_bound_s(Work(bytes=1 << 20, flops=0), unmeasured, caches) == bound_s(Work(1 << 20, 0), unmeasured)
 
 
 # -- machine_limits ------------------------------------------------------------------

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from dojo_ir import DojoError, Program
 from dojo_ir.analysis import Analysis
 from dojo_ir.moves import apply
 
-from ..evaluate import BudgetExhausted, Evaluator, text_hash
+from ..evaluate import BudgetExhausted, Evaluator
 from ..legal import legal_moves
 from ..perfllm.game import Cost, Costs, kind
 from ..perfllm.play import PlayResult, Step
@@ -42,21 +43,26 @@ from .data import Group
 from .features import Host, features
 from .model import CostModel, Training
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class Ranked:
     """How a ranked search spends its measurements: `measure` candidates a batch by value, plus `explore`
-    of kinds not measured yet or drawn at random; `lookahead` moves deep, through the `breadth`
-    best-scored candidates at each depth (a search keeps what it measured and can come back, so it
-    looks four moves ahead: on five kernels of real models at 60 evaluations, three seeds, that took
-    the agent from 0.59 to 0.64 of the heuristic pass's speed-up, a strided convolution from 0.32-0.61
-    to 0.76); `refit_steps` gradient steps on what was measured after
-    each batch (0: the model as it came) once `refit_after` programs have been measured (on fewer a
-    refit fits their order and forgets what the model knew: on `make demo`'s softmax, refitting from
-    the first batch took the ten-move game from 8-9x down to 4.5-4.9x); `parents`: how many of the
-    fastest programs measured offer their moves to a batch of `search_ranked`."""
+    of kinds not measured yet or drawn at random (a search's programs get at most one move deeper a
+    batch, so smaller batches reach further: on five kernels of real models at 60 evaluations, three
+    seeds, batches of three rather than four gave 0.68 of the heuristic pass's speed-up against 0.64
+    in scratch runs, 0.645 against 0.652 in bench/results/agent_real_kernels_zen4_batch3.md: no
+    worse; batches of two did worse on the seeds tried); `lookahead` moves deep, through the
+    `breadth` best-scored candidates at each depth (a search keeps what it measured and can come back,
+    so it looks four moves ahead: on the same kernels that took the agent from 0.59 to 0.64, a strided
+    convolution from 0.32-0.61 to 0.76); `refit_steps` gradient steps on what was measured after each
+    batch (0: the model as it came) once `refit_after` programs have been measured (on fewer a refit
+    fits their order and forgets what the model knew: on `make demo`'s softmax, refitting from the
+    first batch took the ten-move game from 8-9x down to 4.5-4.9x); `parents`: how many of the fastest
+    programs measured offer their moves to a batch of `search_ranked`."""
 
-    measure: int = 3
+    measure: int = 2
     explore: int = 1
     lookahead: int = 4
     breadth: int = 8
@@ -71,8 +77,34 @@ NOISE = 0.05  # relative differences of times measured once that may be the time
 # run), one exploring candidate a batch reached 2.7x, 3.0x, 8.0x and 8.1x; two reached 8.2-8.3x.
 # It looks two moves ahead, not four: a game of ten moves has no time for what pays four moves on, and
 # looking that far it measured promises instead of gains (two runs of the demo: 3.2x and 3.0x, against 11.1x).
-CONTINUING = Ranked(explore=2, lookahead=2)
+# It measures three by value where a search measures two: it gets a move deeper every batch whatever the size.
+CONTINUING = Ranked(measure=3, explore=2, lookahead=2)
 _Reached = tuple[tuple[str, ...], Program]  # a program and its moves from the search's start
+REMEMBERED = 1 << 14  # programs whose successors, and whose features (5 KB each), a game keeps at most
+
+
+def _remember(cache: dict, key: object, value: T) -> T:
+    if len(cache) >= REMEMBERED:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+class _Identity:
+    """A program as a key of the sets of programs met: its tree hashed once, where a set would hash
+    it again at every lookup. Every program here comes from the uncommented start by moves, so two
+    compute the same when their trees are equal."""
+
+    __slots__ = ("program", "_hash")
+
+    def __init__(self, program: Program):
+        self.program, self._hash = program, hash(program)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Identity) and self._hash == other._hash and self.program == other.program
 
 
 @dataclass(frozen=True)
@@ -93,7 +125,12 @@ class _Game:
         self.costs = Costs(start, evaluate)
         self.prefix = tuple(prefix)
         self.rng = random.Random(seed)
-        self.met: set[str] = {text_hash(self.costs.start)}
+        self.met: set[_Identity] = {_Identity(self.costs.start)}
+        # A batch's parents and lookahead are mostly the last batch's, so what a program's moves make
+        # and what the model reads of it are kept for the game (on ShuffleNet's depthwise convolution,
+        # printing programs to tell them apart and reading their features took 0.85 of a search's time).
+        self._children: dict[_Identity, tuple[tuple[str, Program, _Identity], ...]] = {}
+        self._features: dict[tuple[str, ...], np.ndarray] = {}
         self.measured: list[tuple[tuple[str, ...], Program, float]] = []  # the programs that ran
         self.rows: list[np.ndarray] = []  # their features, when the search refits
         self.kinds_measured: set[str] = set()
@@ -107,22 +144,32 @@ class _Game:
             self.rows.append(self.features(moves, program))
 
     def features(self, moves: tuple[str, ...], program: Program) -> np.ndarray:
-        return features(program, self.host, self.prefix + moves)
+        found = self._features.get(moves)
+        if found is None:
+            found = _remember(self._features, moves, features(program, self.host, self.prefix + moves))
+        return found
 
-    def children(self, moves: tuple[str, ...], program: Program, seen: set[str]) -> list[_Reached]:
+    def children(self, moves: tuple[str, ...], program: Program, seen: set[_Identity]) -> list[_Reached]:
         """The programs one legal move from `program` that are not in `seen` (which gains them)."""
-        analysis = Analysis(program)
+        key = _Identity(program)
+        every = self._children.get(key)
+        if every is None:
+            every = _remember(self._children, key, tuple(self._successors(program)))
         found = []
+        for move, after, identity in every:
+            if identity not in seen:
+                seen.add(identity)
+                found.append(((*moves, move), after))
+        return found
+
+    def _successors(self, program: Program) -> Iterator[tuple[str, Program, _Identity]]:
+        analysis = Analysis(program)
         for move in legal_moves(program, self.facts):
             try:
                 after = apply(program, move, analysis)
             except DojoError:
                 continue
-            key = text_hash(after)
-            if key not in seen:
-                seen.add(key)
-                found.append(((*moves, str(move)), after))
-        return found
+            yield str(move), after, _Identity(after)
 
     def scores(self, programs: Sequence[_Reached]) -> np.ndarray:
         if not programs:
@@ -175,7 +222,7 @@ class _Game:
     def measure(self, candidate: _Candidate) -> float:
         """The candidate's time (+inf when it failed); BudgetExhausted when the budget is spent."""
         cost = self.costs(list(candidate.moves), candidate.program)
-        self.met.add(text_hash(candidate.program))
+        self.met.add(_Identity(candidate.program))
         self.kinds_measured.add(kind(candidate.moves[-1]))
         if not math.isinf(cost):
             self._ran(candidate.moves, candidate.program, cost)
