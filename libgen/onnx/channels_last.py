@@ -151,7 +151,11 @@ def _rows_outside(source: Array, wb: Array, win: Window, channels: int) -> int:
     every block of channels and the weights (the smaller) from its cache again; otherwise none, and
     each block's weights stay in cache while the input streams past them. A row of the output is
     what the temporaries of the kernel (the product's, a fused shortcut's) then hold at a time:
-    ResNet-50's 1x1 to 256 channels at 56x56 with its shortcut, 57 KiB a row, ran 1.2x slower."""
+    ResNet-50's 1x1 to 256 channels at 56x56 with its shortcut, 57 KiB a row, ran 1.2x slower.
+    Twice ROW_BYTES does not pay either (Zen 4): of ResNet-50's 1x1s of 28 KiB rows, alone, 256 to
+    128 channels at 56x56 ran 0.80x and 512 to 256 at 28x28 0.89-0.92x, but SqueezeNet's 3x3 stem
+    (3 to 64 channels, 28 KiB rows) took 744 us in the model against 494 us, and the model fell from
+    1.00x ONNX Runtime's speed to 0.91x, ResNet-50 gaining nothing measurable (0.97x to 0.98x)."""
     row = math.prod(win.outputs[1:]) * channels * DTYPE_BYTES[source.dtype]
     return int(len(win.outputs) > 1 and math.prod(source.shape) > math.prod(wb.shape) and row <= ROW_BYTES)
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .nodes import Array, Derived, Kernel, Nest, Value, affine
+from .nodes import Array, Derived, Kernel, Nest, Value, affine, border_boxes
 
 if TYPE_CHECKING:
     from .ops.linear import Window
@@ -103,9 +103,14 @@ def _product(kernel: Kernel, x: Array, wb: Array, bs: Array | None, ys: Array, w
     batch, extents, outputs = ys.shape[0], tuple(win.extents), tuple(win.outputs)
     xb = kernel.temporary("xb", x.dtype, (batch, part.blocks, math.prod(extents) * part.lanes))
     t = kernel.temporary("t", ys.dtype, (batch, part.blocks, math.prod(outputs) * part.lanes))
-    if any(win.begins) or extents != x.shape[2:]:  # the padding's zeros
+    # the padding's zeros, around the input only: zeroing it all wrote the interior twice (ShuffleNet's
+    # stride-2 3x3 over 136 channels at 28x28, the heuristic pass's program: 16.4 us so, 14.0 us not; Zen 4)
+    for side in border_boxes(extents, tuple(win.begins), x.shape[2:]):
         line = Nest()
-        kernel.loop(line.sizes, xb.at(line.all(xb.shape)), "=", "0")
+        n, j = line.over(batch), line.over(part.blocks)
+        box = [line.over(size) for _, size in side]
+        kernel.loop(line.sizes, part.flat(xb, extents, n, j, [[(i, 1)] for i in box], line.over(part.lanes),
+                                          tuple(start for start, _ in side)), "=", "0")
     line = Nest()
     n, j = line.over(batch), line.over(part.blocks)
     inputs, lane = line.all(x.shape[2:]), line.over(part.lanes)

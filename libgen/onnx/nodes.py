@@ -318,3 +318,16 @@ class Kernel:
         ins = ", ".join(a.name for a in self.inputs)
         outs = ", ".join(a.name for a in self.outputs)
         return "\n".join([*header, f"kernel {self.name}({ins}) -> {outs}", "", *declarations, "", *self.lines, ""])
+
+
+def border_boxes(extents: Sequence[int], begins: Sequence[int], sizes: Sequence[int]) -> list[list[tuple[int, int]]]:
+    """The boxes, each (start, size) along every dimension, that together are an array of `extents`
+    without the box of `sizes` at `begins`: along each dimension in turn, the parts before and
+    after that box, within the box along the dimensions before."""
+    sides = []
+    for d, (extent, begin, size) in enumerate(zip(extents, begins, sizes, strict=True)):
+        inside = list(zip(begins[:d], sizes[:d], strict=True))
+        whole = [(0, e) for e in extents[d + 1:]]
+        sides += [[*inside, part, *whole] for part in ((0, begin), (begin + size, extent - begin - size))
+                  if part[1] > 0]
+    return sides

@@ -5,6 +5,8 @@ what the spec does."""
 
 from __future__ import annotations
 
+from math import prod
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,6 +15,7 @@ from agent.passes import heuristic
 from codegen.targets import get_target
 from dojo_ir import load
 from dojo_ir.derivation import advance
+from dojo_ir.tree import walk_ops
 from libgen.onnx.depthwise import blocked_weights, fits
 from libgen.onnx.nodes import Value
 from libgen.onnx.ops.linear import Window
@@ -42,6 +45,17 @@ def _conv(x: tuple[int, ...], w: tuple[int, ...], attributes: dict, bias: bool, 
 def test_depthwise_conv_with_channels_as_lanes_agrees_with_onnx_runtime(x, w, attributes, bias: bool) -> None:
     text = _conv(x, w, attributes, bias)
     assert "+= xb[" in text and "* wb[" in text
+
+
+@pytest.mark.parametrize("x, w, attributes", CASES)
+def test_each_element_of_the_padded_input_is_written_once(x, w, attributes) -> None:
+    """The zeros go around the input only, not over the whole padded array before the input is
+    copied in: the lines that write it cover it exactly (and agree with ONNX Runtime, above)."""
+    program = load(_conv(x, w, attributes, bias=False))
+    for padded in (b for b in program.buffers if b.name.startswith("xb")):
+        written = sum(prod(s.size for s in chain) for op, chain in walk_ops(program.body)
+                      if op.target.array == padded.name)
+        assert written == prod(padded.storage_shape)
 
 
 @st.composite

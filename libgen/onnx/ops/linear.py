@@ -25,6 +25,7 @@ from ..nodes import (
     Unsupported,
     Value,
     affine,
+    border_boxes,
     broadcast,
     broadcast_shape,
     grouped_product,
@@ -129,7 +130,7 @@ def embedded(kernel: Kernel, name: str, dtype: str, extents: Sequence[int], fill
     line for each side of it that has any room: filling it all wrote every element twice, a pass
     over the array's interior more (ResNet-50's stem, a MaxPool's padded input of 3.2 MB)."""
     temporary = kernel.temporary(name, dtype, extents)
-    for side in _border(extents, begins, sizes):
+    for side in border_boxes(extents, begins, sizes):
         line = Nest()
         kernel.loop(line.sizes, temporary.at([affine([(line.over(size), 1)], start) for start, size in side]), "=",
                     fill)
@@ -138,19 +139,6 @@ def embedded(kernel: Kernel, name: str, dtype: str, extents: Sequence[int], fill
     inside = [affine([(i, 1)], b) for i, b in zip(index, begins, strict=True)]
     kernel.loop(line.sizes, temporary.at(inside), "=", value(index))
     return temporary
-
-
-def _border(extents: Sequence[int], begins: Sequence[int], sizes: Sequence[int]) -> list[list[tuple[int, int]]]:
-    """The boxes, each (start, size) along every dimension, that together are an array of `extents`
-    without the box of `sizes` at `begins`: along each dimension in turn, the parts before and
-    after that box, within the box along the dimensions before."""
-    sides = []
-    for d, (extent, begin, size) in enumerate(zip(extents, begins, sizes, strict=True)):
-        inside = list(zip(begins[:d], sizes[:d], strict=True))
-        whole = [(0, e) for e in extents[d + 1:]]
-        sides += [[*inside, part, *whole] for part in ((0, begin), (begin + size, extent - begin - size))
-                  if part[1] > 0]
-    return sides
 
 
 def padded_input(kernel: Kernel, source: Array, win: Window, fill: str,
