@@ -152,10 +152,11 @@ def _rows_outside(source: Array, wb: Array, win: Window, channels: int) -> int:
     each block's weights stay in cache while the input streams past them. A row of the output is
     what the temporaries of the kernel (the product's, a fused shortcut's) then hold at a time:
     ResNet-50's 1x1 to 256 channels at 56x56 with its shortcut, 57 KiB a row, ran 1.2x slower.
-    Twice ROW_BYTES does not pay either (Zen 4): of ResNet-50's 1x1s of 28 KiB rows, alone, 256 to
-    128 channels at 56x56 ran 0.80x and 512 to 256 at 28x28 0.89-0.92x, but SqueezeNet's 3x3 stem
-    (3 to 64 channels, 28 KiB rows) took 744 us in the model against 494 us, and the model fell from
-    1.00x ONNX Runtime's speed to 0.91x, ResNet-50 gaining nothing measurable (0.97x to 0.98x)."""
+    Twice ROW_BYTES does not pay either (Zen 4, the heuristic pass's programs alone): ResNet-50's
+    1x1s of 28 KiB rows (256 to 128 channels at 56x56, 512 to 256 at 28x28) ran 1.04x and 1.03x, the
+    stems of ResNet-50 and SqueezeNet 1.01x and 1.00x. (Its 1x1s had run 0.80x and 0.90x while the C
+    backend inlined a parallel loop's body and gcc spilled a register tile's accumulator beside a
+    ReLU, codegen/c.py: the rows outside had only escaped the spill.)"""
     row = math.prod(win.outputs[1:]) * channels * DTYPE_BYTES[source.dtype]
     return int(len(win.outputs) > 1 and math.prod(source.shape) > math.prod(wb.shape) and row <= ROW_BYTES)
 

@@ -74,7 +74,7 @@ static inline float dojo_hmax_f32x16(vf32x16 a) { vf32x8 l = __builtin_shuffleve
 static inline vf32x16 dojo_max_f32x16(vf32x16 a, vf32x16 b) { vi32x16 m = (a > b) | (a != a); return (vf32x16)(((vi32x16)a & m) | ((vi32x16)b & ~m)); }
 static inline vf32x16 dojo_splat_f32x16(float s) { return (vf32x16){s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s}; }
 
-static inline void kernel_nest0(long i0, const float *restrict b_x, float *restrict b_y)
+static void __attribute__((noinline)) kernel_nest0(long i0, const float *restrict b_x, float *restrict b_y)
 {
     float b_m[1] __attribute__((aligned(64)));
     float b_e[32] __attribute__((aligned(64)));
