@@ -47,6 +47,7 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
@@ -105,23 +106,28 @@ def _constant(expr: Expr) -> bool:
     return False
 
 
-def _flops(expr: Expr) -> int:
-    """Arithmetic operations in one evaluation of `expr`. An access's indices
-    are addresses, computed by integer units and often hoisted, so they do not count."""
+def _flops(expr: Expr, call: Callable[[str], int]) -> int:
+    """Arithmetic operations in one evaluation of `expr`, a function call counting `call(name)`. An
+    access's indices are addresses, computed by integer units and often hoisted, so they do not count."""
     if isinstance(expr, (Num, Ref, Access, Name)) or _constant(expr):
         return 0
     if isinstance(expr, Unary):
-        return 1 + _flops(expr.operand)
+        return 1 + _flops(expr.operand, call)
     if isinstance(expr, Binary):
-        return 1 + _flops(expr.left) + _flops(expr.right)
+        return 1 + _flops(expr.left, call) + _flops(expr.right, call)
     if isinstance(expr, Call):
-        return 1 + sum(_flops(a) for a in expr.args)
+        return call(expr.func) + sum(_flops(a, call) for a in expr.args)
     raise TypeError(f"not an expression: {expr!r}")
 
 
-def op_flops(op: Op) -> int:
-    """The arithmetic of one execution of `op`: its value's, plus 1 for a reduction's combine."""
-    return _flops(op.value) + (op.reduction is not None)
+def _one(function: str) -> int:
+    return 1
+
+
+def op_flops(op: Op, call: Callable[[str], int] = _one) -> int:
+    """The arithmetic of one execution of `op`: its value's, plus 1 for a reduction's combine. A
+    function call is one flop, as rooflines count it, unless `call` says what each costs."""
+    return _flops(op.value, call) + (op.reduction is not None)
 
 
 def work(program: Program) -> Work:

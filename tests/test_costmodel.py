@@ -175,6 +175,21 @@ def test_the_moves_are_read_as_counts_and_the_last_kinds_in_order() -> None:
     assert at(x, "moves.last0.split_scope") == 0 and at(features(SOFTMAX, HOST), "program.log_moves") == 0
 
 
+def test_a_function_call_costs_its_nest_the_operations_of_its_evaluation() -> None:
+    """A roofline counts exp as one flop, but scalar, it keeps the FMA pipes as long as a dozen
+    multiply-adds: softmax's exp nest is bound by its arithmetic, not its traffic, until it is
+    vectorised, which divides that time by the vector's lanes."""
+    def exp_row(program: Program) -> np.ndarray:
+        rows = op_rows(features(program, HOST))
+        return next(r for r in rows if r[0] and r[OP_NAMES.index("log_flops_per_iteration")] > 0.5)
+
+    scalar, vector = exp_row(SOFTMAX), exp_row(played(SOFTMAX, "vectorize_scope(op=e, depth=1)"))
+    compute, memory = OP_NAMES.index("compute_s"), OP_NAMES.index("memory_s")
+    assert scalar[OP_NAMES.index("log_flops_per_iteration")] == pytest.approx(math.log2(1 + 1 + 18) / 5)
+    assert scalar[compute] > scalar[memory] and scalar[OP_NAMES.index("bound_s")] == scalar[compute]
+    assert 2.0 ** (40 * (scalar[compute] - vector[compute])) == pytest.approx(HOST.vector_bytes / 4, rel=1e-3)
+
+
 def test_each_operation_has_its_row_and_a_long_program_keeps_those_of_most_time() -> None:
     rows = op_rows(features(SOFTMAX, HOST))
     assert rows.shape == (SLOTS, len(OP_NAMES)) and rows[:, 0].sum() == 6  # softmax's six operations

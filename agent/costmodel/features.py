@@ -11,8 +11,9 @@ takes the sum of its nests' times, so a move that speeds up one nest is worth th
 which a single vector averaged over the operations cannot say. An operation's row holds its
 iterations, flops, accesses and scope kinds, the lanes the C compiler vectorises it with and
 how long its FMAs wait on each other, its share of the program's work, the times its loop
-structure asks of the machine (`_op_times`: its flops, its traffic between the cache levels and
-from memory, each at its measured rate), and one row for each of its innermost LEVELS scopes
+structure asks of the machine (`_op_times`: its flops, a call counted as its evaluation's
+operations, its traffic between the cache levels and from memory, each at its measured rate),
+and one row for each of its innermost LEVELS scopes
 (innermost first): the scope's extent and kind (sequential, parallel, vector, unrolled, GPU), the
 iterations around it, and of the nest from that scope inwards the bytes and cache lines its
 accesses touch (against each cache level), their reuse, the accesses' strides at that scope, the
@@ -41,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from codegen.targets import Target
+from codegen.vmath import OPERATIONS
 from dojo_ir import Program
 from dojo_ir.dependence import touches
 from dojo_ir.moves import KINDS
@@ -376,10 +378,17 @@ class _OpPart:
         return max(self.times)
 
 
+def _evaluation(function: str) -> int:
+    """What one call of `function` asks of the FMA pipes (`codegen.vmath.OPERATIONS`), where the
+    roofline counts a flop: a scalar exp costs a nest as much as a dozen multiply-adds, and that is
+    what vectorising it saves."""
+    return OPERATIONS.get(function, 1)
+
+
 def _op_part(op: Op, chain: tuple[Scope, ...], buffer_of: dict[str, Buffer], host: Host) -> _OpPart:
     accesses = _accesses(op, chain, buffer_of)
     nest = _Nest.of(chain, accesses)
-    flops = op_flops(op)
+    flops = op_flops(op, _evaluation)
     iterations = prod(s.size for s in chain)
     weight = float(iterations * (flops + len(accesses)))
     levels = np.zeros((LEVELS, LEVEL_WIDTH))
