@@ -47,10 +47,11 @@ import os
 import platform
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from codegen.build import BuildError, build, default_cache_dir
@@ -106,28 +107,25 @@ def _constant(expr: Expr) -> bool:
     return False
 
 
-def _flops(expr: Expr, call: Callable[[str], int]) -> int:
-    """Arithmetic operations in one evaluation of `expr`, a function call counting `call(name)`. An
-    access's indices are addresses, computed by integer units and often hoisted, so they do not count."""
+def _flops(expr: Expr, calls: Mapping[str, int]) -> int:
+    """Arithmetic operations in one evaluation of `expr`, a function call counting `calls[name]` (1 if
+    absent). An access's indices are addresses, computed by integer units and often hoisted, so they
+    do not count."""
     if isinstance(expr, (Num, Ref, Access, Name)) or _constant(expr):
         return 0
     if isinstance(expr, Unary):
-        return 1 + _flops(expr.operand, call)
+        return 1 + _flops(expr.operand, calls)
     if isinstance(expr, Binary):
-        return 1 + _flops(expr.left, call) + _flops(expr.right, call)
+        return 1 + _flops(expr.left, calls) + _flops(expr.right, calls)
     if isinstance(expr, Call):
-        return call(expr.func) + sum(_flops(a, call) for a in expr.args)
+        return calls.get(expr.func, 1) + sum(_flops(a, calls) for a in expr.args)
     raise TypeError(f"not an expression: {expr!r}")
 
 
-def _one(function: str) -> int:
-    return 1
-
-
-def op_flops(op: Op, call: Callable[[str], int] = _one) -> int:
+def op_flops(op: Op, calls: Mapping[str, int] = MappingProxyType({})) -> int:
     """The arithmetic of one execution of `op`: its value's, plus 1 for a reduction's combine. A
-    function call is one flop, as rooflines count it, unless `call` says what each costs."""
-    return _flops(op.value, call) + (op.reduction is not None)
+    function call is one flop, as rooflines count it, unless `calls` says what it costs."""
+    return _flops(op.value, calls) + (op.reduction is not None)
 
 
 def work(program: Program) -> Work:

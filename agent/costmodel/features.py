@@ -378,17 +378,10 @@ class _OpPart:
         return max(self.times)
 
 
-def _evaluation(function: str) -> int:
-    """What one call of `function` asks of the FMA pipes (`codegen.vmath.OPERATIONS`), where the
-    roofline counts a flop: a scalar exp costs a nest as much as a dozen multiply-adds, and that is
-    what vectorising it saves."""
-    return OPERATIONS.get(function, 1)
-
-
 def _op_part(op: Op, chain: tuple[Scope, ...], buffer_of: dict[str, Buffer], host: Host) -> _OpPart:
     accesses = _accesses(op, chain, buffer_of)
     nest = _Nest.of(chain, accesses)
-    flops = op_flops(op, _evaluation)
+    flops = op_flops(op, OPERATIONS)  # a scalar exp takes the FMA pipes as long as a dozen FMAs
     iterations = prod(s.size for s in chain)
     weight = float(iterations * (flops + len(accesses)))
     levels = np.zeros((LEVELS, LEVEL_WIDTH))
