@@ -30,11 +30,10 @@ memory both ways, which made an erf nest 1.45x slower on AVX2.
 F32_MATH_COMPARING = ("exp", "log", "tanh")
 
 # The vector operations one evaluation of each function takes, as the helpers below are written (a
-# lane select counts one, a division four) and as a single instruction where there is no helper:
-# what a nest that calls one asks of the FMA pipes beside its other arithmetic, which counts each
-# call as one flop. The cost model reads it (agent/costmodel/features.py) for scalar calls too:
-# glibc's expf, erff and tanhf took 3.3, 9.0 and 11.6 ns an element on a Zen 4, 1.3-2 times these
-# counts at one lane of its peak.
+# lane select counts one, a division four), or one where a single instruction does it. A roofline
+# counts a call as one flop; the cost model (agent/costmodel/features.py) counts these, for scalar
+# calls too, since a call keeps the FMA pipes busy that long: glibc's expf, erff and tanhf took 3.3,
+# 9.0 and 11.6 ns an element on a Zen 4, 1.3-2 times these counts at one lane of its peak.
 OPERATIONS = {"exp": 18, "log": 40, "tanh": 40, "erf": 55, "sqrt": 6, "abs": 1, "max": 1, "min": 1}
 
 # The helper's C text by function, formatted with V, M and N.
