@@ -175,10 +175,13 @@ def warm_bound_s(work: Work, machine: Machine, caches: Caches) -> float:
     """The roofline bound of a kernel timed run after run, whose data the caches keep between runs:
     its bytes at the bandwidth of the nearest level that holds them all (the level-1 caches' is not
     measured, so bytes they hold count nothing; each core's own levels hold a share), its flops at
-    peak. `bound_s` is no bound for such a kernel: a layer norm of 1 MiB times well under it."""
+    peak. `bound_s` is no bound for such a kernel: a layer norm of 1 MiB times well under it. A level
+    never counts slower than memory: a server's last level, shared over a mesh, can read slower for one
+    core than the memory's triad over all of them measures, though what it holds needs no memory."""
     held = [(caches.l1d * machine.cores, math.inf), (caches.l2 * machine.cores, machine.l2_Bps),
             (caches.l3, machine.l3_Bps)]
-    rate = next((bps for size, bps in held if bps and work.bytes <= size), machine.bandwidth_Bps)
+    rate = next((max(bps, machine.bandwidth_Bps) for size, bps in held if bps and work.bytes <= size),
+                machine.bandwidth_Bps)
     return max(work.bytes / rate, work.flops / machine.peak_flops)
 
 

@@ -241,6 +241,62 @@ def test_heuristic_sets_a_blocked_targets_tiles_inside_the_reductions_nest() -> 
     _check(spec, moves)
 
 
+CONV_SUM_RELU = """kernel conv_sum_relu(x, wb, b, r) -> y
+
+x f32 [1, 2, 4, 28, 16] heap
+wb f32 [1, 2, 32, 1, 1, 16] heap
+b f32 [32] heap
+r f32 [1, 2, 4, 28, 16] heap
+y f32 [1, 2, 4, 28, 16] heap
+t f32 [1, 2, 1792] heap
+
+2 4 28 16 t[0,{0},{1}*448+{2}*16+{3}] = b[{0}*16+{3}]
+2 4 28 16 2 16 t[0,{0},{1}*448+{2}*16+{3}] += x[0,{4},{1},{2},{5}] * wb[0,{0},{4}*16+{5},0,0,{3}]
+2 4 28 16 y[0,{0},{1},{2},{3}] = max(t[0,{0},{1}*448+{2}*16+{3}] + r[0,{0},{1},{2},{3}], 0)
+"""
+
+
+def test_heuristic_starts_and_finishes_each_tile_in_the_reductions_nest() -> None:
+    """A pointwise convolution as the import writes it, channels innermost and its accumulator's
+    row flattened (`t[.., h*448 + w*16 + c]`): the bias that starts a tile and the residual and
+    ReLU that finish it join the reduction's nest around the tile, each tile's copy unrolled and
+    vectorised as the tile is, so that the compiler keeps the tile in registers from the bias
+    to the output."""
+    spec = load(CONV_SUM_RELU)
+    moves = heuristic(spec, replace(CPU, vector_bytes=64, vector_registers=32, cores=2))
+    lines = to_text(advance(spec, moves)).split("\n\n")[-1].splitlines()
+    assert len(lines) == 5 and all(line.startswith("|") for line in lines[1:])  # one nest
+    assert lines[0].startswith("2:p 4 28:u 16:v t[") and lines[0].endswith("= b[{0}*16+{3}]")
+    assert lines[-1] == ("|   | 28:u 16:v y[0,{0},{1},{2},{3}] = "
+                         "max(t[0,{0},{1}*448+{2}*16+{3}] + r[0,{0},{1},{2},{3}], 0)")
+    assert {"join_scopes(op=t_acc#1, depth=1)", "join_scopes(op=t#1, depth=1)"} <= set(moves)
+    _check(spec, moves)
+
+
+POINTWISE_IN_BLOCKS = """kernel conv_relu(x, wb, b) -> y
+
+x f32 [1, 8, 56, 56, 32] heap
+wb f32 [1, 2, 256, 1, 1, 32] heap
+b f32 [64] heap
+y f32 [1, 2, 56, 56, 32] heap
+t f32 [1, 2, 100352] heap
+
+56 2 56 32 t[0,{1},{0}*1792+{2}*32+{3}] = b[{1}*32+{3}]
+56 2 56 32 8 32 t[0,{1},{0}*1792+{2}*32+{3}] += x[0,{4},{0},{2},{5}] * wb[0,{1},{4}*32+{5},0,0,{3}]
+56 2 56 32 y[0,{1},{0},{2},{3}] = max(t[0,{1},{0}*1792+{2}*32+{3}], 0)
+"""
+
+
+def test_heuristic_reads_an_input_in_blocks_of_channels_in_place() -> None:
+    """ResNet-50's pointwise convolution from 256 to 64 channels at 56x56, its input in blocks of
+    32 channels: the tile's next step reads the next channel of the same line, so the row that both
+    blocks of output channels read is not copied first (as an NCHW input's is, a plane apart)."""
+    spec = load(POINTWISE_IN_BLOCKS)
+    moves = heuristic(spec, replace(CPU, vector_bytes=64, vector_registers=32, cores=2))
+    assert any(m.startswith("accumulate(op=t#2") for m in moves)
+    assert not any(m.startswith("stage_reads") for m in moves)
+
+
 def test_heuristic_vectorizes_a_convolution_row_the_lanes_do_not_divide() -> None:
     spec = load(KERNELS["conv2"].text(n=1, co=8, ci=4, h=8, w=10, k=3))  # rows of 8 outputs
     moves = heuristic(spec, replace(CPU, vector_bytes=64, vector_registers=32))

@@ -162,13 +162,16 @@ def test_the_fma_probe_measures_latency_and_interval(measured: Path) -> None:
 
 def test_the_caches_read_faster_than_memory(measured: Path) -> None:
     """Each core's chunk of the level-2 test fits its level 2 and that of the last-level test its share
-    of the last level, and what they deliver is the machine's, not a constant."""
+    of the last level, and what they deliver is the machine's, not a constant. Level 2 reads faster
+    than memory; the last level need not: on an Intel Xeon (family 6 model 207) whose last level is
+    shared over a mesh with other machines' cores, a core's reads from it ran at 29.5 GB/s against
+    the memory's 35.4 GB/s triad in one run, and at 46 against 47 in another."""
     machine, detail = machine_limits(cache_dir=measured), machine_record(cache_dir=measured)["detail"]
     caches = host_caches()
     assert detail["l2_chunk_bytes"] <= caches.l2 // 2 and machine.l2_Bps == detail["l2_Bps"] > machine.bandwidth_Bps
     if detail["l3_chunk_bytes"]:  # measured where the last level has room beyond level 2
         assert 2 * caches.l2 <= detail["l3_chunk_bytes"] <= caches.l3 // machine.cores // 2
-        assert machine.l3_Bps == detail["l3_Bps"] > machine.bandwidth_Bps
+        assert machine.l3_Bps == detail["l3_Bps"] > 0
     else:
         assert machine.l3_Bps is None
 
