@@ -35,18 +35,13 @@ def fuse_epilogue(state: State, root: int, target: Access, roles: list[str], cha
         return False
     after = state.analysis.first_site((root + 1,))
     reads = [r for r in after.op.reads if r.array == target.array]
-    if not reads or any(r != reads[0] for r in reads) or after.op.reduction is not None \
-            or len(after.path) != len(after.chain) + 1 or any(len(scope.body) != 1 for scope in after.chain):
+    if not reads or any(r != reads[0] for r in reads) or after.op.reduction is not None or not _alone(after):
         return False
     joined = _align(state, after, reads[0], target, roles, chain)
     aligned = state.analysis.by_label[after.label]
     if joined is None or last_coef(aligned.op.target, len(aligned.chain) - 1) != 1:
         return False  # an output whose last dimension is not the tile's lanes (NCHW): its vectors would scatter
-    reduction = state.analysis.first_site((root,)).label
-    for depth in range(joined):
-        if not state.play(f"join_scopes(op={reduction}, depth={depth})"):
-            return False
-    return _finish(state, after.label, joined, facts)
+    return _join(state, state.analysis.first_site((root,)).label, after.label, joined, facts)
 
 
 def fuse_init(state: State, root: int, target: Access, roles: list[str], chain: tuple[Scope, ...],
@@ -57,16 +52,24 @@ def fuse_init(state: State, root: int, target: Access, roles: list[str], chain: 
     if root == 0:
         return False
     init = state.analysis.first_site((root - 1,))
-    if init.op.assign != "=" or init.op.target.array != target.array or len(init.path) != len(init.chain) + 1 \
-            or any(len(scope.body) != 1 for scope in init.chain):
+    if init.op.assign != "=" or init.op.target.array != target.array or not _alone(init):
         return False
     joined = _align(state, init, init.op.target, target, roles, chain)
-    if joined is None:
-        return False
+    return joined is not None and _join(state, init.label, init.label, joined, facts)
+
+
+def _alone(site: Site) -> bool:
+    """Whether `site`'s operation is its loop nest's only one, every scope holding one child."""
+    return len(site.path) == len(site.chain) + 1 and all(len(scope.body) == 1 for scope in site.chain)
+
+
+def _join(state: State, first: str, moved: str, joined: int, facts: Target) -> bool:
+    """Join the `joined` outer scopes around `first` with the next nest's, then unroll and vectorise
+    `moved`'s scopes inside them as the tile's are."""
     for depth in range(joined):
-        if not state.play(f"join_scopes(op={init.label}, depth={depth})"):
+        if not state.play(f"join_scopes(op={first}, depth={depth})"):
             return False
-    return _finish(state, init.label, joined, facts)
+    return _finish(state, moved, joined, facts)
 
 
 def _align(state: State, site: Site, access: Access, target: Access, roles: list[str],
