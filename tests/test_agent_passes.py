@@ -455,6 +455,35 @@ def test_heuristic_leads_a_reduction_split_into_blocks_with_its_outer_part() -> 
     _check(spec, moves)
 
 
+POINTWISE_14X14 = """kernel conv(x, wb) -> y
+
+x f32 [1, 18, 14, 14, 32] heap
+wb f32 [1, 3, 576, 1, 1, 32] heap
+y f32 [1, 3, 14, 14, 32] heap
+
+3 14 14 32 y[0,{0},{1},{2},{3}] = 0
+3 14 14 32 18 32 y[0,{0},{1},{2},{3}] += x[0,{4},{1},{2},{5}] * wb[0,{0},{4}*32+{5},0,0,{3}]
+"""
+
+
+@pytest.mark.parametrize("private, blocks_outside", [(2 << 20, False), (256 << 10, True)])
+def test_heuristic_keeps_a_reduction_inside_rows_that_hold_its_weights(private: int, blocks_outside: bool) -> None:
+    """Inception v2's pointwise convolution 576->96 at 14x14 on 2 cores: its 221 KB of weights fit in
+    half of a 2 MB private cache, so its 14 rows read them from there after the first, keep the 18
+    blocks of input channels whole inside them and run on the cores; blocks of the reduction
+    outside the rows would leave the 3 blocks of output channels to the cores, one idle a third of
+    the time. With 256 KB a core, the blocks go outside the rows (`register_tile.streamed_block`)."""
+    target = replace(get_target("x86-avx512"), cores=2,
+                     caches=Caches(l1d=48 << 10, l2=private, l3=32 << 20, private=private))
+    spec = load(POINTWISE_14X14)
+    program = advance(spec, moves := heuristic(spec, target))
+    (product,) = [chain for op, chain in walk_ops(program.body) if any(a.array == "x" for a in accesses(op.value))]
+    assert (18 not in [scope.size for scope in product]) == blocks_outside
+    if not blocks_outside:
+        assert [scope.size for scope in product if scope.kind == "p"] == [14]
+    _check(spec, moves)
+
+
 @pytest.mark.parametrize("outer, inner, parallel", [(3, 28, 1), (7, 7, 0), (4, 28, 0)])
 def test_heuristic_parallelises_a_scope_that_balances_over_the_cores(outer: int, inner: int, parallel: int) -> None:
     """On 2 cores: 3 blocks would leave a core idle a third of the time, so the 28 rows inside them
