@@ -86,6 +86,7 @@ def main() -> int:
 
 
 AGENT_STEPS = 10
+PAIRED_ROUNDS = 3  # of timing the spec and the agent's best program in turn
 
 
 def _agent(spec, runner: LocalRunner) -> None:
@@ -116,9 +117,6 @@ def _agent(spec, runner: LocalRunner) -> None:
     if paired is not None:
         print(f"  timed again, in turn with the spec ({PAIRED_ROUNDS} rounds, medians): {paired:.2f}x")
     print()
-
-
-PAIRED_ROUNDS = 3
 
 
 def _in_turn(runner: LocalRunner, spec: Program, program: Program) -> float | None:

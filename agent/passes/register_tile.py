@@ -162,8 +162,8 @@ def _block(state: State, label: str, target: Target) -> bool:
     # while the blocks of K outside would leave the parallel pass only the scopes outside them (3
     # blocks of channels on 2 cores, a core idle a third of the time). On an Intel Xeon with 2 MB a
     # core, Inception v2's convolutions at 14x14 (0.6-0.9 MB read) ran 4-29% faster with the whole
-    # reduction inside their rows; at 7x7, whose 7 rows do not share out, 5-12% slower; ResNet-50's
-    # 1x1 from 1024 channels at 14x14 (1.8 MB read) 0-5% slower.
+    # reduction inside their rows; at 7x7, whose 7 rows do not share out, 5-12% slower, and so was
+    # ResNet-50's 1x1 from 1024 channels at 14x14 (1.8 MB read) by 0-5%.
     reusing = [d for d in range(n - 1) if roles[d].startswith("s") and d != row and d not in reductions
                and chain[d].size > 1 and uses(op.target, d) and not any(uses(r, d) for r in lanes_read)]
     vectors = chain[n - 2].size if split else 1
