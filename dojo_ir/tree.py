@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from math import prod
 
 DTYPES = ("f32", "f64", "i32", "i64")
 FLOAT_DTYPES = ("f32", "f64")
@@ -252,6 +253,11 @@ class Buffer:
     @property
     def storage_shape(self) -> tuple[int, ...]:
         return tuple(d.storage for d in self.dims)
+
+    @property
+    def storage_bytes(self) -> int:
+        """The bytes the buffer takes as stored (folded dimensions at their stored sizes)."""
+        return prod(self.storage_shape) * DTYPE_BYTES[self.dtype]
 
 
 @dataclass(frozen=True)

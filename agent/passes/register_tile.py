@@ -171,8 +171,7 @@ def _block(state: State, label: str, target: Target) -> bool:
     contiguous = all(any(uses_at(r, len(r.index) - 1, d) and chain[d].size >= chain[-1].size for d in reductions)
                      for r in broadcast)
     buffers = state.program.buffer_of
-    read_bytes = sum(prod(buffers[array].storage_shape) * DTYPE_BYTES[buffers[array].dtype]
-                     for array in dict.fromkeys(r.array for r in op.reads))
+    read_bytes = sum(buffers[array].storage_bytes for array in dict.fromkeys(r.array for r in op.reads))
     rows_keep = read_bytes <= target.caches.private // 2 \
         and any(balanced(chain[d].size, target.cores) for d in reusing)
     if reusing and contiguous and not rows_keep and block == chain[longest].size \
@@ -342,7 +341,7 @@ def _stage_rows(state: State, array: str, roles: list[str], target: Target) -> N
         staged = next(b for b in state.program.buffers if b.name not in names)
         copy = next(s for s in sites(state) if s.op.target.array == staged.name)
         if _in_pieces(copy.op.reads[0], depth, state.program.buffer_of[array].shape) \
-                and prod(staged.storage_shape) * DTYPE_BYTES[staged.dtype] <= target.caches.private // 2 \
+                and staged.storage_bytes <= target.caches.private // 2 \
                 and state.play(f"set_location(buffer={staged.name}, location=stack)") \
                 and vectorization.vectorize_innermost(state, copy.label, target) is not None:
             return

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from math import prod
 
 from codegen.cvector import lane_use, vector_pieces
 from codegen.targets import Target, get_target
@@ -111,7 +110,7 @@ def fuse_and_reuse(state: State) -> None:
 def to_stack(state: State) -> None:
     for buffer in state.program.buffers:
         if buffer.location == "heap" and any(d.stored is not None for d in buffer.dims) \
-                and prod(buffer.storage_shape) * DTYPE_BYTES[buffer.dtype] <= FOLDED_STACK_BYTES:
+                and buffer.storage_bytes <= FOLDED_STACK_BYTES:
             state.play(f"set_location(buffer={buffer.name}, location=stack)")
 
 

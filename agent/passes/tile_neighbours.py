@@ -64,12 +64,16 @@ def _alone(site: Site) -> bool:
 
 
 def _join(state: State, first: str, moved: str, joined: int, facts: Target) -> bool:
-    """Join the `joined` outer scopes around `first` with the next nest's, then unroll and vectorise
-    `moved`'s scopes inside them as the tile's are."""
+    """Join the `joined` outer scopes around `first` with the next nest's, then unroll `moved`'s
+    scopes inside them and vectorise its innermost, as the tile's are."""
     for depth in range(joined):
         if not state.play(f"join_scopes(op={first}, depth={depth})"):
             return False
-    return _finish(state, moved, joined, facts)
+    chain = state.analysis.by_label[moved].chain
+    for depth in range(joined, len(chain) - 1):
+        if chain[depth].size > 1 and not state.play(f"unroll_scope(op={moved}, depth={depth})"):
+            return False
+    return vectorization.vectorize_innermost(state, moved, facts) is not None
 
 
 def _align(state: State, site: Site, access: Access, target: Access, roles: list[str],
@@ -134,12 +138,3 @@ def _spanned(access: Access, sizes: Sequence[int], target: Access, chain: tuple[
         return None
     return parts
 
-
-def _finish(state: State, label: str, joined: int, facts: Target) -> bool:
-    """The scopes of `label` inside the joined ones, as the tile's: unrolled, the innermost
-    vectorised."""
-    chain = state.analysis.by_label[label].chain
-    for depth in range(joined, len(chain) - 1):
-        if chain[depth].size > 1 and not state.play(f"unroll_scope(op={label}, depth={depth})"):
-            return False
-    return vectorization.vectorize_innermost(state, label, facts) is not None
