@@ -11,8 +11,8 @@ from the spec with the local runner, `max(--budgets)` evaluations, each timed on
 repetitions) and verified:
 
 - `agent`: the agent of `--checkpoint` as a search (`agent.learned.search_agent`; by default the
-  shipped cost model's ranked search: candidates ranked by the model, the best few and one at
-  random measured a batch, the model refit on their times);
+  shipped cost model's ranked search: candidates ranked by the model, the best few, the one the roofline bound
+  expects fastest and one of another kind measured a batch, the model refit on their times);
 - `random`: random sampling on the edges graph;
 - `sa`: simulated annealing on the edges graph;
 - `sa:heuristic`, for reference: simulated annealing on the heuristic graph, which starts from

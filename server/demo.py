@@ -100,8 +100,8 @@ def _agent(spec, runner: LocalRunner) -> None:
         return
     print(f"The learned agent that comes with PerfDojo (its cost model, agent/costmodel/trained) continues the "
           f"spec for {AGENT_STEPS} moves (`dojo agent continue`). At each it ranks every candidate by the model, "
-          "measures the best few and two of other kinds, and plays the fastest; from 30 programs measured on, it "
-          "refits the model on their times:\n")
+          "measures the best few, the one its roofline bound expects fastest and two of other kinds, and plays the "
+          "fastest; from 30 programs measured on, it refits the model on their times:\n")
 
     def show(step: Step) -> None:
         time_s = "failed" if step.time_s is None else format_time(step.time_s)

@@ -46,7 +46,8 @@ def test_each_step_measures_a_batch_and_plays_one_of_its_moves_all_legal() -> No
     cost, ranked = Paying(), Ranked(measure=2, explore=1, refit_steps=5)
     result = continue_ranked(SPEC, MODEL, HOST, 4, cost, ranked=ranked)
     assert result.ended == "steps" and len(result.steps) == 4
-    assert len(cost.asked) <= 1 + 4 * (ranked.measure + ranked.explore)  # the start, then the batches
+    batch = ranked.measure + ranked.by_roofline + ranked.explore
+    assert len(cost.asked) <= 1 + 4 * batch  # the start, then the batches
     played = [s.move for s in result.steps]
     program, applied = replay_moves(SPEC, played)
     assert applied == played  # every move was legal where it was played
@@ -68,9 +69,10 @@ def test_a_search_spends_its_budget_once_on_each_program_and_keeps_the_best() ->
 
 def test_refitting_on_what_was_measured_finds_what_pays_on_this_kernel() -> None:
     """With the same model, budget and seeds, refitting after each batch reaches faster programs than not
-    refitting: the batches after the first are ranked by a model that has seen this kernel's times."""
+    refitting: the batches after the first are ranked by a model that has seen this kernel's times (the
+    roofline's candidates left out, which find this cost's paying moves without the model)."""
     def log_time(refit_steps: int) -> float:
-        ranked = Ranked(refit_steps=refit_steps, refit_after=2)
+        ranked = Ranked(refit_steps=refit_steps, refit_after=2, by_roofline=0)
         return sum(math.log(search_ranked(SPEC, MODEL, HOST, Paying(), ranked=ranked, steps=24, seed=seed).time_s)
                    for seed in range(3))
 
@@ -94,11 +96,32 @@ def test_a_candidates_value_is_the_best_score_within_the_lookahead(lookahead: in
     assert (min(values) == -1) == sees
 
 
+class AgainstTheRoofline:
+    """A model that expects the opposite of the roofline bound the features compute."""
+
+    bound = NAMES.index("program.bound_s")
+
+    def score_features(self, rows: np.ndarray) -> np.ndarray:
+        return -rows[:, self.bound]
+
+
+@pytest.mark.parametrize("by_roofline", [0, 1])
+def test_a_batch_can_take_the_candidate_the_roofline_expects_fastest_whatever_the_model_says(
+        by_roofline: int) -> None:
+    ranked = Ranked(measure=3, explore=0, lookahead=1, by_roofline=by_roofline)
+    game = _Game(SPEC, AgainstTheRoofline(), HOST, Paying(), "native", (), ranked, 0)
+    candidates = game.candidates([((), SPEC)])
+    batch = game.batch(candidates)
+    assert len(batch) == 3 + by_roofline
+    smallest_bound = min(-c.score for c in candidates)
+    assert (min(-c.score for c in batch) == smallest_bound) == bool(by_roofline)
+
+
 def test_a_search_looks_further_ahead_in_smaller_batches_than_a_ten_move_game() -> None:
     """A search can come back for what pays later and gets a move deeper a batch; a continuation plays
     every step, so each of its batches measures more (see Ranked and CONTINUING)."""
-    assert (Ranked().lookahead, Ranked().measure) == (4, 2)
-    assert (CONTINUING.lookahead, CONTINUING.measure, CONTINUING.explore) == (2, 3, 2)
+    assert (Ranked().lookahead, Ranked().measure, Ranked().by_roofline) == (4, 2, 1)
+    assert (CONTINUING.lookahead, CONTINUING.measure, CONTINUING.explore, CONTINUING.by_roofline) == (2, 3, 2, 1)
 
 
 def test_a_search_reads_each_programs_features_and_moves_once(monkeypatch: pytest.MonkeyPatch) -> None:

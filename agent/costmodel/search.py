@@ -1,5 +1,6 @@
 """Searches that rank before they measure: the cost model scores every candidate, and only the best few
-(and one or two of other kinds) are timed; after each batch the model is refit on what was measured.
+(with the one the roofline bound expects fastest, and one or two of other kinds) are timed; after
+each batch the model is refit on what was measured.
 
     result = continue_ranked(program, model, host, 10, evaluator)   # play 10 moves from `program`
     result = search_ranked(program, model, host, evaluator)         # until the evaluator's budget is spent
@@ -40,7 +41,7 @@ from ..lru import LeastRecentlyUsed
 from ..perfllm.game import Cost, Costs, kind
 from ..perfllm.play import PlayResult, Step
 from .data import Group
-from .features import Host, features
+from .features import NAMES, Host, features
 from .model import CostModel, Training
 
 
@@ -58,10 +59,17 @@ class Ranked:
     batch (0: the model as it came) once `refit_after` programs have been measured (on fewer a refit
     fits their order and forgets what the model knew: on `make demo`'s softmax, refitting from the
     first batch took the ten-move game from 8-9x down to 4.5-4.9x); `parents`: how many of the fastest
-    programs measured offer their moves to a batch of `search_ranked`."""
+    programs measured offer their moves to a batch of `search_ranked`; `by_roofline`: how many of the
+    rest a batch takes by the roofline bound that the features compute from the loop structure and
+    the machine's measured limits, a second opinion where the model is wrong about a kernel (on the
+    five kernels of real models at 60 evaluations on an Intel Xeon, one a batch took the agent from
+    0.457 of the heuristic pass's speed-up to 0.481 in geometric mean in the benchmark, three seeds,
+    bench/results/agent_real_kernels_xeon207.md, and from 0.50 to 0.62 in scratch runs of two seeds
+    run in turn; on `make demo`'s softmax, see CONTINUING)."""
 
     measure: int = 2
     explore: int = 1
+    by_roofline: int = 1
     lookahead: int = 4
     breadth: int = 8
     refit_steps: int = 60
@@ -76,7 +84,11 @@ NOISE = 0.05  # relative differences of times measured once that may be the time
 # It looks two moves ahead, not four: a game of ten moves has no time for what pays four moves on, and
 # looking that far it measured promises instead of gains (two runs of the demo: 3.2x and 3.0x, against 11.1x).
 # It measures three by value where a search measures two: it gets a move deeper every batch whatever the size.
+# Its batches take the roofline's candidate too: on the demo's softmax the shipped model ranked the
+# vector exp, the one move that halves the time, eighth of 133, and the kinds it explored found vector
+# scopes on other lines first; without the roofline's candidate, ten moves could end without timing it.
 CONTINUING = Ranked(measure=3, explore=2, lookahead=2)
+_ROOFLINE = NAMES.index("program.bound_s")
 _Reached = tuple[tuple[str, ...], Program]  # a program and its moves from the search's start
 REMEMBERED = 1 << 14  # programs whose successors, and whose features (5 KB each), a game keeps at most
 
@@ -191,13 +203,18 @@ class _Game:
         return [_Candidate(m, p, float(s), float(v)) for (m, p), s, v in zip(found, scores, value, strict=True)]
 
     def batch(self, candidates: list[_Candidate]) -> list[_Candidate]:
-        """The candidates to measure: the best by value, then `explore` of other kinds of move. The model
-        learns what a kind is worth on this kernel only once one of that kind is measured here, so
-        these are the best-valued candidate of a kind not measured yet in this search while there is
-        one, then one of a kind drawn at random (a program offers a dozen splits for each move of
-        another kind, so a kind is drawn before a move)."""
+        """The candidates to measure: the best by value, the `by_roofline` best by the roofline bound,
+        then `explore` of other kinds of move. The model learns what a kind is worth on this kernel
+        only once one of that kind is measured here, so these are the best-valued candidate of a
+        kind not measured yet in this search while there is one, then one of a kind drawn at random
+        (a program offers a dozen splits for each move of another kind, so a kind is drawn before a
+        move)."""
         order = sorted(candidates, key=lambda c: c.value)
         chosen, rest = order[:self.ranked.measure], order[self.ranked.measure:]
+        if self.ranked.by_roofline and rest:
+            bounds = [self.features(c.moves, c.program)[_ROOFLINE] for c in rest]
+            for k in sorted(np.argsort(bounds, kind="stable")[:self.ranked.by_roofline], reverse=True):
+                chosen.append(rest.pop(k))
         for _ in range(self.ranked.explore):
             taken = self.kinds_measured | {kind(c.moves[-1]) for c in chosen}
             unmeasured = [c for c in rest if kind(c.moves[-1]) not in taken]
