@@ -352,7 +352,7 @@ def memory_bytes(program: Program) -> int:
     """What running `program` allocates for arrays: every buffer's storage, and
     the inputs given and outputs returned at their logical shapes."""
     io = [program.buffer_of[name] for name in program.inputs + program.outputs]
-    return (sum(prod(b.storage_shape) * DTYPE_BYTES[b.dtype] for b in program.buffers)
+    return (sum(b.storage_bytes for b in program.buffers)
             + sum(prod(b.shape) * DTYPE_BYTES[b.dtype] for b in io))
 
 
@@ -360,7 +360,7 @@ def _require_memory(program: Program, max_bytes: int) -> None:
     """Refuse, before allocating, a program whose arrays would take more than `max_bytes`."""
     total = memory_bytes(program)
     if total > max_bytes:
-        largest = max(program.buffers, key=lambda b: prod(b.storage_shape) * DTYPE_BYTES[b.dtype])
+        largest = max(program.buffers, key=lambda b: b.storage_bytes)
         message = (f"the arrays of {program.name} take {total} bytes (`{largest.name}` the most); "
                    f"the interpreter allocates at most {max_bytes}")
         raise DojoError.at(largest.span or program.span or NOWHERE, message, "interpret-memory")

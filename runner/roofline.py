@@ -57,7 +57,7 @@ from typing import Any
 from codegen.build import BuildError, build, default_cache_dir
 from codegen.targets import Caches, Target, host_caches, native_vector_bytes, native_vector_registers
 from dojo_ir import Program
-from dojo_ir.tree import DTYPE_BYTES, Access, Binary, Call, Expr, Name, Num, Op, Ref, Unary, walk_ops
+from dojo_ir.tree import Access, Binary, Call, Expr, Name, Num, Op, Ref, Unary, walk_ops
 
 from .files import exclusive, write_atomically
 
@@ -139,7 +139,7 @@ def work(program: Program) -> Work:
     buffer_of = program.buffer_of
     read = {buffer_of[a].name: buffer_of[a] for a in program.inputs}
     written = {buffer_of[a].name: buffer_of[a] for a in program.outputs}
-    moved = sum(prod(b.storage_shape) * DTYPE_BYTES[b.dtype] for b in (*read.values(), *written.values()))
+    moved = sum(b.storage_bytes for b in (*read.values(), *written.values()))
     flops = sum(op_flops(op) * prod(scope.size for scope in chain) for op, chain in walk_ops(program.body))
     return Work(bytes=moved, flops=flops)
 

@@ -445,7 +445,7 @@ def features(program: Program, host: Host, moves: tuple[str, ...] | list[str] | 
     shares = np.sum([p.weight * p.row[_FLAGS] for p in parts], axis=0) / weights if parts else np.zeros(5)
     times = np.sum([p.times for p in parts], axis=0) if parts else np.zeros(4)
     regions = sum(prod(s.size for s in outer) for s, outer in walk_scopes(program.body) if s.kind == "p")
-    temporaries = sum(prod(b.storage_shape) * DTYPE_BYTES[b.dtype] for b in program.buffers
+    temporaries = sum(b.storage_bytes for b in program.buffers
                       if not set(b.array_names) & {*program.inputs, *program.outputs} and b.location == "heap")
     needed = work(program)
     program_part = [

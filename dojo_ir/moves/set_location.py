@@ -31,11 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
-from math import prod
 
 from ..analysis import Analysis, Site
 from ..paths import TreePath, iter_paths
-from ..tree import DTYPE_BYTES, LOCATIONS, Buffer, Program, Scope
+from ..tree import LOCATIONS, Buffer, Program, Scope
 from .base import BUFFER, Move, Param, Resolved, Targets
 from .buffers import buffer_accesses, buffer_move, interface, temporaries, with_buffer
 from .examples import FUSED_PAIR
@@ -98,7 +97,7 @@ def why_not(a: Analysis, at: Resolved) -> str | None:
         return reason
     if location == buffer.location:
         return f"`{buffer.name}` is in `{location}` memory already"
-    size = prod(buffer.storage_shape) * DTYPE_BYTES[buffer.dtype]
+    size = buffer.storage_bytes
     if size > CAPACITY.get(location, size):
         return f"`{buffer.name}` stores {size} bytes, and `{location}` memory holds at most {CAPACITY[location]}"
     if location == "shared":
