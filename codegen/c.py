@@ -59,6 +59,7 @@ from .cexpr import Env, Printer, buffer_var, c_type, helper_source, loop_var, st
 from .cvector import last_index_reach, streamable, vector_accumulation, vector_statement
 from .harness import harness
 from .padding import read_padding, zero_padding
+from .prefetch import prefetches
 from .targets import Target, streaming_threshold_bytes
 from .vector_helpers import (
     stream_helper_source,
@@ -204,7 +205,7 @@ class _Emitter:
             return
         var = loop_var(depth)
         inner = {**env, depth: var}
-        body = list(self.block(node.body, path, inner))
+        body = [*prefetches(node, depth, self.program, inner), *self.block(node.body, path, inner)]
         if node.kind == "p" and self.outline:
             body = [self.nest_call(body, path, inner)]
         loop = [f"for (long {var} = 0; {var} < {node.size}; ++{var}) {{", *indented(body), "}"]
