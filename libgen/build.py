@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -258,7 +258,7 @@ def _tune_all(plan: TuningPlan, pending: Sequence[KernelSpec], runner: Runner | 
         try:
             for spec, future in zip(pending, futures, strict=True):
                 try:
-                    finished[spec.name] = future.result()
+                    finished[spec.name] = interruptible_result(future)
                 except _Stopped:
                     stopping.set()
         except BaseException:
@@ -269,6 +269,22 @@ def _tune_all(plan: TuningPlan, pending: Sequence[KernelSpec], runner: Runner | 
     if stopping.is_set():
         raise KeyboardInterrupt
     return finished
+
+
+# How often the waiting thread wakes. Linux hands a Ctrl-C to any thread of the process, and Python
+# runs its handler in the main thread only once that thread runs again: waiting without a timeout, it
+# would raise KeyboardInterrupt only after the search that the signal meant to stop had finished.
+_WAKE_S = 0.1
+
+
+def interruptible_result(future: Future) -> Any:
+    """`future.result()`, waking every `_WAKE_S` so that a Ctrl-C reaches the waiting thread while
+    the work it interrupts is still under way."""
+    while True:
+        try:
+            return future.result(timeout=_WAKE_S)
+        except TimeoutError:
+            continue
 
 
 def tune_kernel(spec: KernelSpec, plan: TuningPlan, runner: Runner | None = None,

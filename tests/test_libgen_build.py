@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -64,6 +65,28 @@ def test_an_interrupted_build_keeps_finished_kernels_and_resumes_the_half_finish
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     matmul = next(k for k in manifest["kernels"] if k["name"] == "matmul")
     assert matmul["evaluations"] == len(after) - 1 and matmul["spec_hash"] == text_hash(kernels[1].program)
+
+
+def test_a_ctrl_c_that_the_os_hands_to_the_tuning_thread_stops_the_search_it_interrupts(tmp_path: Path) -> None:
+    """The kernel may deliver SIGINT to any thread; Python's handler runs in the main thread, which
+    waits on the tuning one. The build must stop the search under way, not finish it first."""
+    kernels = resolve(["softmax", "matmul"], base="small")
+    matmul_log = tmp_path / "logs" / "matmul.sa.heuristic.jsonl"
+    budget = 60
+
+    def interrupt_the_tuning_thread() -> None:
+        while not (matmul_log.exists() and len(_log(matmul_log)) >= 2):
+            time.sleep(0.01)
+        tuning = next(t for t in threading.enumerate() if t.name.startswith("dojo-library"))
+        signal.pthread_kill(tuning.ident, signal.SIGINT)
+
+    threading.Thread(target=interrupt_the_tuning_thread, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        build_library(kernels, tmp_path, BuildOptions(KernelTuneOptions("sa", budget, final_min_time_s=0.01),
+                                                      name="lg_thread_interrupt"))
+    assert (tmp_path / "kernels" / "softmax.json").exists()
+    assert not (tmp_path / "kernels" / "matmul.json").exists()
+    assert len(_log(matmul_log)) < budget
 
 
 def test_another_shape_or_budget_is_tuned_again(tmp_path: Path) -> None:

@@ -57,7 +57,16 @@ from runner.files import write_atomically
 from runner.measure import Runner
 from runner.result import format_time
 
-from ..build import BuildEvent, BuildOptions, TuningPlan, build_library, search_log, tune_kernel, write_library
+from ..build import (
+    BuildEvent,
+    BuildOptions,
+    TuningPlan,
+    build_library,
+    interruptible_result,
+    search_log,
+    tune_kernel,
+    write_library,
+)
 from ..cluster import Cluster
 from ..kernels import KernelSpec, LibraryError
 from ..manifest import Tuned, read_json, read_tuned, write_json
@@ -455,7 +464,7 @@ def _run_rounds(tune: _Tune, grants: dict[int, int], runner: Runner | None, rema
     with ThreadPoolExecutor(max_workers=len(grants), thread_name_prefix="dojo-model-tune") as pool:
         futures = {i: pool.submit(_round, tune, i, grant, runner, remaining, stop) for i, grant in grants.items()}
         try:
-            return {i: future.result() for i, future in futures.items()}
+            return {i: interruptible_result(future) for i, future in futures.items()}
         except BaseException:
             stopping.set()
             raise
