@@ -29,10 +29,10 @@ import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from runner.roofline import Machine, MachineError, bound_s, machine_limits, work
 
 from .run import Info, ModelRunner, RunError
 from .shapes import parse_input_shapes
+
+if TYPE_CHECKING:
+    from .reference import Reference
 
 DEFAULT_REPEATS = 20
 # OpenMP's threads bound one per core, as the runner binds a timed binary's (runner/local.py): unbound,
@@ -136,16 +139,18 @@ def bind_openmp_threads() -> None:
 
 
 def profile_model(runner: ModelRunner, feeds: Mapping[str, np.ndarray], repeats: int = DEFAULT_REPEATS,
-                  machine: Machine | None = None) -> ModelProfile:
+                  machine: Machine | None = None, beside: Callable[[], object] | None = None) -> ModelProfile:
     """Run the model `repeats` times (after a warm-up run) and say where its time went; see the
-    module's docstring. `machine` defaults to this machine's measured limits."""
-    return profile_models([runner], feeds, repeats, machine)[0]
+    module's docstring. `machine` defaults to this machine's measured limits; `beside` runs once
+    after each run (an ONNX Runtime session to compare with, libgen/onnx/reference.py)."""
+    return profile_models([runner], feeds, repeats, machine, beside)[0]
 
 
 def profile_models(runners: Sequence[ModelRunner], feeds: Mapping[str, np.ndarray], repeats: int = DEFAULT_REPEATS,
-                   machine: Machine | None = None) -> list[ModelProfile]:
+                   machine: Machine | None = None, beside: Callable[[], object] | None = None
+                   ) -> list[ModelProfile]:
     """`profile_model` of each runner (a model on several libraries), their runs taken in turn, so
-    that what else the machine does weighs on each alike."""
+    that what else the machine does weighs on each alike; `beside` after each round."""
     if repeats < 1:
         raise ValueError(f"the repeats must be at least 1, not {repeats}")
     if machine is None:
@@ -158,9 +163,13 @@ def profile_models(runners: Sequence[ModelRunner], feeds: Mapping[str, np.ndarra
     with timing_lock(default_cache_dir(), assigned()):
         for runner in runners:
             runner.run_timed(feeds)
+        if beside is not None:
+            beside()
         for _ in range(repeats):
             for taken, runner in zip(runs, runners, strict=True):
                 taken.append(runner.run_timed(feeds)[1])
+            if beside is not None:
+                beside()
     return [_profile(runner, taken, machine) for runner, taken in zip(runners, runs, strict=True)]
 
 
@@ -209,19 +218,30 @@ def _nodes_text(nodes: Sequence[str], width: int = 40) -> str:
     return f"{nodes[0][:width - 12]} +{len(nodes) - 1} more" if len(nodes) > 1 else text[:width - 3] + "..."
 
 
-def format_profile(report: ModelProfile) -> str:
-    """The profile as a table: the kernels, slowest first, then ONNX Runtime's parts and the total."""
-    rows = [("kernel", "nodes", "calls", "time", "share", "GFLOP/s", "roofline")]
+def _against(ours_s: float, reference_s: float) -> tuple[str, str]:
+    """ONNX Runtime's time for the same nodes, and it over ours (above 1, ours is faster)."""
+    if reference_s <= 0:
+        return "", ""
+    return format_time(reference_s), f"{reference_s / ours_s:.2f}" if ours_s > 0 else ""
+
+
+def format_profile(report: ModelProfile, reference: Reference | None = None) -> str:
+    """The profile as a table: the kernels, slowest first, then ONNX Runtime's parts and the total;
+    with a `reference`, ONNX Runtime's own time for each row's nodes and it over ours."""
+    extra = ("ONNX Runtime", "ORT / ours") if reference is not None else ()
+    rows = [("kernel", "nodes", "calls", "time", "share", "GFLOP/s", "roofline", *extra)]
     for k in report.kernels:
         roofline = "" if k.roofline is None else f"{k.roofline:.0%}"
         rows.append((k.kernel, _nodes_text(k.nodes), str(k.calls), format_time(k.time_s), f"{k.share:.1%}",
-                     f"{k.gflops:.3g}", roofline))
-    for part in report.onnxruntime:
+                     f"{k.gflops:.3g}", roofline,
+                     *(_against(k.time_s, reference.kernels.get(k.kernel, 0.0)) if reference else ())))
+    for i, part in enumerate(report.onnxruntime):
         rows.append(("(ONNX Runtime)", _nodes_text(part.nodes), "1", format_time(part.time_s), f"{part.share:.1%}",
-                     "", ""))
-    rows.append(("(copies in/out)", "", "", format_time(report.copies.time_s), f"{report.copies.share:.1%}", "", ""))
+                     "", "", *(_against(part.time_s, reference.parts[i]) if reference else ())))
+    rows.append(("(copies in/out)", "", "", format_time(report.copies.time_s), f"{report.copies.share:.1%}", "", "",
+                 *(("", "") if reference else ())))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    right = {2, 3, 4, 5, 6}
+    right = set(range(2, len(rows[0])))
 
     def line(row: Sequence[str]) -> str:
         return "  ".join(cell.rjust(w) if i in right else cell.ljust(w)
@@ -237,6 +257,12 @@ def format_profile(report: ModelProfile) -> str:
                  f"run: {format_time(report.run_s)}): library {format_time(library_s)} "
                  f"({library_s / report.total_s:.1%}) in {len(report.kernels)} kernels, {elsewhere}"
                  if report.total_s > 0 else "total 0 s")
+    if reference is not None:
+        lines.append(f"ONNX Runtime alone, its runs taken in turn: {format_time(reference.total_s)} in its nodes "
+                     f"(ORT / ours {reference.total_s / report.total_s:.2f}), "
+                     + (f"{format_time(reference.unmatched_s)} of it in {len(reference.unmatched)} nodes of none of "
+                        f"these rows ({_nodes_text(reference.unmatched, 60)})" if reference.unmatched
+                        else "every node in one of these rows"))
     return "\n".join(lines)
 
 

@@ -121,6 +121,7 @@ class ModelRunner:
         self.model = model_path.name
         self._model, self._library, self._nodes = model, library, list(model.graph.node)
         names = [entry["name"] for entry in imported.nodes]  # one per node, in the graph's order
+        self.node_names = names
         self.infos = value_infos(model)
         self.inputs = model_inputs(model, self.infos, self.model)
         self.outputs = [value.name for value in model.graph.output]
@@ -151,6 +152,7 @@ class ModelRunner:
         self._fixed = {name: aligned_copy(value) for name, value in self._constants.items()}
         self._fixed.update((name, aligned_empty(info.dtype, info.shape)) for name, info in self.inputs.items())
         self.imported = imported  # the import the run follows: its kernels' specs, for profiles
+        self.onnx_model = model  # the model as read, at its input shapes
         self._pool = Pool()
         self._pooled: dict[str, np.ndarray] = {}  # a value made by a step -> the pool's buffer holding it
         joined = merged(units, self.outputs)

@@ -27,6 +27,8 @@ def add_profile_parser(model_commands: argparse._SubParsersAction) -> None:
     profile.add_argument("--repeats", type=int, default=20, metavar="N", help="timed runs, after one warm-up run; "
                          "each time is the median (default: 20)")
     add_model_import_options(profile)
+    profile.add_argument("--against-onnxruntime", action="store_true", help="also run the model on ONNX Runtime "
+                         "alone, in turn with the library, and give its time for each row's nodes")
     profile.add_argument("--json", action="store_true", help="the profile as JSON")
     profile.set_defaults(run=cmd_model_profile)
 
@@ -44,6 +46,7 @@ def read_feeds(path: str, command: str) -> dict[str, np.ndarray]:
 def cmd_model_profile(args: argparse.Namespace) -> int:
     # imported here: onnx and ONNX Runtime load only for this command
     from libgen.onnx.profile import bind_openmp_threads, format_profile, profile_model, random_feeds
+    from libgen.onnx.reference import onnxruntime_reference, profiled_session, run_in_turn
     from libgen.onnx.run import ModelRunner, RunError
     from libgen.onnx.shapes import ShapeError
 
@@ -54,9 +57,16 @@ def cmd_model_profile(args: argparse.Namespace) -> int:
     feeds = read_feeds(args.inputs, "profile") if args.inputs else None
     try:
         runner = ModelRunner(args.model, args.library, fuse=args.fuse, input_shapes=input_shapes(args, "model profile"))
-        report = profile_model(runner, feeds if feeds is not None else random_feeds(runner.inputs, args.seed),
-                               args.repeats)
+        feeds = feeds if feeds is not None else random_feeds(runner.inputs, args.seed)
+        session = profiled_session(runner) if args.against_onnxruntime else None
+        report = profile_model(runner, feeds, args.repeats,
+                               beside=None if session is None else run_in_turn(session, feeds))
+        reference = None if session is None else onnxruntime_reference(report, runner, session, args.repeats)
     except (RunError, ShapeError) as error:
         raise CommandError(f"dojo model profile: error: {error}") from None
-    print(json.dumps(report.to_json()) if args.json else format_profile(report))
+    if args.json:
+        print(json.dumps({**report.to_json(), **({} if reference is None else
+                                                   {"onnxruntime_alone": reference.to_json()})}))
+    else:
+        print(format_profile(report, reference))
     return 0

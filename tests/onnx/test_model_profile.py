@@ -13,6 +13,7 @@ import pytest
 
 from examples.onnx_models import Graph
 from libgen.onnx.profile import ModelProfile, format_profile, profile_model, random_feeds
+from libgen.onnx.reference import credit, node_medians, onnxruntime_reference, profiled_session
 from libgen.onnx.run import ModelRunner
 from runner.roofline import Machine, bound_s, work
 from tests.onnx.test_model_run import dojo, expected, library_of
@@ -125,3 +126,56 @@ def test_bad_arguments_are_named(mlp: tuple[Path, Path], tmp_path: Path, argumen
     done = dojo("model", "profile", str(path), *arguments)
     assert done.returncode == 1
     assert message in done.stderr and "Traceback" not in done.stderr
+
+
+# -- beside ONNX Runtime (libgen/onnx/reference.py) --------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "credited"), [
+    ("/up/MatMul", "/up/MatMul"),                  # a node it runs as it is
+    ("r145_nchwc", "n145"),                        # named after the value it writes, with the optimiser's suffix
+    ("r145_nchwc_token_7", "n145"),                # the longest start that names a value or a node
+    ("n2_fused", "n2"),
+    ("ReorderInput", None),                        # a node of its own
+    ("reorder_output_3", None),
+])
+def test_onnxruntime_nodes_are_credited_to_the_node_they_name(name: str, credited: str | None) -> None:
+    nodes = ["/up/MatMul", "n2", "n145"]
+    outputs = [["h"], ["r2"], ["r145"]]
+    assert credit(name, nodes, outputs) == credited
+
+
+def test_a_nodes_time_is_its_median_over_the_last_runs() -> None:
+    events = [{"cat": "Session", "name": "model_run", "dur": 900},
+              *({"cat": "Node", "name": "a_kernel_time", "dur": d} for d in (1000, 5, 7, 6)),
+              {"cat": "Node", "name": "a_fence_before", "dur": 1},
+              *({"cat": "Node", "name": "b_kernel_time", "dur": d} for d in (300, 2, 4, 3))]
+    assert node_medians(events, 3) == {"a": pytest.approx(6e-6), "b": pytest.approx(3e-6)}
+
+
+def test_beside_onnxruntime_each_row_gets_its_nodes_time(mlp: tuple[Path, Path]) -> None:
+    path, library = mlp
+    runner = ModelRunner(path, library)
+    feeds = random_feeds(runner.inputs, 0)
+    session = profiled_session(runner)
+    calls = []
+    report = profile_model(runner, feeds, repeats=4, machine=MACHINE,
+                           beside=lambda: calls.append(session.run(None, feeds)))
+    reference = onnxruntime_reference(report, runner, session, 4)
+    assert len(calls) == 5  # after the warm-up run and after each timed one
+    assert set(reference.kernels) == {"matmul", "relu", "mul"} and all(s > 0 for s in reference.kernels.values())
+    assert len(reference.parts) == 1 and reference.parts[0] > 0  # TopK
+    assert sum(reference.kernels.values()) + sum(reference.parts) + reference.unmatched_s == \
+        pytest.approx(reference.total_s)
+    table = format_profile(report, reference)
+    assert "ONNX Runtime" in table.splitlines()[0] and "ORT / ours" in table.splitlines()[0]
+    assert table.splitlines()[-1].startswith("ONNX Runtime alone, its runs taken in turn:")
+
+
+def test_the_command_profiles_against_onnxruntime(mlp: tuple[Path, Path]) -> None:
+    path, library = mlp
+    done = dojo("model", "profile", str(path), "--library", str(library), "--repeats", "2", "--against-onnxruntime",
+                "--json")
+    assert done.returncode == 0, done.stderr
+    alone = json.loads(done.stdout)["onnxruntime_alone"]
+    assert set(alone["kernels"]) == {"matmul", "relu", "mul"} and alone["total_s"] > 0
