@@ -7,7 +7,8 @@ the code generator or the passes does to a model, paired by round so that the ho
 Each NAME=DIR[:fused] is a library that `dojo library build` wrote for the model's import (`:fused`
 for `dojo import --fuse`'s). In each of `--processes` fresh processes, one ONNX Runtime session (its
 default optimisations, as many intra-op threads as the runner's cores) and `dojo model run`'s
-ModelRunner on each library are timed in alternating rounds (bench/onnx_models.py's `rounds`), each
+ModelRunner on each library are timed in alternating rounds (bench/onnx_models.py's `rounds`, under
+the runner's machine lock), each
 library's outputs compared with ONNX Runtime's. Prints, and with `--report` writes, ORT / library a
 library: each round's ONNX Runtime median over the library's, the median over a process's rounds,
 then the median and range over the processes; each library's time over the first one's, paired by
@@ -30,12 +31,11 @@ from bench.sections import bind_openmp_threads, machine  # noqa: E402
 bind_openmp_threads()
 
 import numpy as np  # noqa: E402
-import onnxruntime as ort  # noqa: E402
 
-from bench.onnx_models import rounds  # noqa: E402
+from bench.onnx_models import paired, round_medians, rounds, whole_model_session  # noqa: E402
 from libgen.onnx.profile import random_feeds  # noqa: E402
 from libgen.onnx.run import ModelRunner  # noqa: E402
-from runner.affinity import cores, on_cpus  # noqa: E402
+from libgen.peers import machine_lock  # noqa: E402
 
 
 def parse_library(text: str) -> tuple[str, Path, bool]:
@@ -50,10 +50,7 @@ def parse_library(text: str) -> tuple[str, Path, bool]:
 def one_process(model: Path, libraries: list[tuple[str, Path, bool]], count: int, repeats: int) -> dict:
     """ORT / library for each library, the median over this process's rounds; and each one's times."""
     runners = {name: ModelRunner(model, directory, fuse=fused) for name, directory, fused in libraries}
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = cores()
-    with on_cpus():
-        session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    session = whole_model_session(model)
     feeds = random_feeds(next(iter(runners.values())).inputs, 0)
     expected = session.run(None, feeds)
     scale = max(float(np.max(np.abs(e))) for e in expected)
@@ -62,14 +59,13 @@ def one_process(model: Path, libraries: list[tuple[str, Path, bool]], count: int
         got = runner.run(feeds)
         differences[name] = max(float(np.max(np.abs(np.asarray(got[o.name]) - e)))
                                 for o, e in zip(session.get_outputs(), expected, strict=True)) / scale
-    times = rounds({"ort": lambda: session.run(None, feeds),
-                    **{name: (lambda r=runner: r.run(feeds)) for name, runner in runners.items()}}, count, repeats)
-    per_round = {k: [statistics.median(v[i:i + repeats]) for i in range(0, len(v), repeats)] for k, v in times.items()}
-    first = per_round[next(iter(runners))]
-    return {"ratio": {name: statistics.median(o / t for o, t in zip(per_round["ort"], per_round[name], strict=True))
-                      for name in runners},
-            "to_first": {name: statistics.median(t / f for t, f in zip(per_round[name], first, strict=True))
-                         for name in runners},
+    with machine_lock():
+        times = rounds({"ort": lambda: session.run(None, feeds),
+                        **{name: (lambda r=runner: r.run(feeds)) for name, runner in runners.items()}}, count, repeats)
+    per_round = round_medians(times, repeats)
+    first = next(iter(runners))
+    return {"ratio": {name: paired(per_round, "ort", name) for name in runners},
+            "to_first": {name: paired(per_round, name, first) for name in runners},
             "median_s": {k: statistics.median(v) for k, v in times.items()},
             "difference": differences}
 

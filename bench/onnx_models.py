@@ -89,6 +89,26 @@ def rounds(runs: dict[str, Callable[[], object]], count: int, repeats: int) -> d
     return times
 
 
+def whole_model_session(path: Path) -> ort.InferenceSession:
+    """The ONNX Runtime session the benchmarks compare with: the model at `path` with ONNX Runtime's
+    default optimisations and one intra-op thread a core, its threads on every core (though a
+    library's OpenMP may have pinned this thread to one)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = cores()
+    with on_cpus():
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def round_medians(times: dict[str, list[float]], repeats: int) -> dict[str, list[float]]:
+    """Each run's median in each round of `rounds`."""
+    return {k: [statistics.median(v[r:r + repeats]) for r in range(0, len(v), repeats)] for k, v in times.items()}
+
+
+def paired(per_round: dict[str, list[float]], over: str, under: str) -> float:
+    """The median over the rounds of run `over`'s time over run `under`'s in the same round."""
+    return statistics.median(o / u for o, u in zip(per_round[over], per_round[under], strict=True))
+
+
 def bench_model(name: str, out: Path, quick: bool, count: int, repeats: int, budget: int) -> dict:
     model = out / f"{name}.onnx"
     onnx.save(onnx_models.MODELS[name](**(onnx_models.SMALL[name] if quick else {})), str(model))
@@ -96,10 +116,7 @@ def bench_model(name: str, out: Path, quick: bool, count: int, repeats: int, bud
     libraries = {fuse: build(model, out, fuse, budget) for fuse in (False, True)}
     build_s = time.perf_counter() - started
     runners = {fuse: ModelRunner(model, library, fuse=fuse) for fuse, library in libraries.items()}
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = cores()
-    with on_cpus():  # its threads on every core, though the libraries' OpenMP pinned this thread to one
-        session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    session = whole_model_session(model)
     graph_input = session.get_inputs()[0]
     x = np.random.default_rng(1).standard_normal(graph_input.shape).astype(np.float32)
     feeds = {graph_input.name: x}
@@ -110,11 +127,10 @@ def bench_model(name: str, out: Path, quick: bool, count: int, repeats: int, bud
     with machine_lock():
         times = rounds({"onnxruntime": lambda: session.run(None, feeds), "library": lambda: runners[False].run(feeds),
                         "fused": lambda: runners[True].run(feeds)}, count, repeats)
-    per_round = {k: [statistics.median(v[r:r + repeats]) for r in range(0, len(v), repeats)] for k, v in times.items()}
+    per_round = round_medians(times, repeats)
     return {"name": name, "shape": list(x.shape), "build_s": build_s, "load": (load, os.getloadavg()[0]),
             "medians": {k: statistics.median(v) for k, v in times.items()}, "calls": len(times["library"]),
-            "paired": {k: statistics.median(o / t for o, t in zip(per_round["onnxruntime"], v, strict=True))
-                       for k, v in per_round.items() if k != "onnxruntime"},
+            "paired": {k: paired(per_round, "onnxruntime", k) for k in per_round if k != "onnxruntime"},
             "differences": differences,
             "placement": {RUNS[fuse]: dict(Counter(r.placement.values())) for fuse, r in runners.items()},
             "planned": {RUNS[fuse]: r.planned_bytes for fuse, r in runners.items()}}

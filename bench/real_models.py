@@ -46,11 +46,11 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
-from bench.onnx_models import rounds  # noqa: E402
+from bench.onnx_models import paired, round_medians, rounds, whole_model_session  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
 from libgen.onnx.run import ModelRunner  # noqa: E402
 from libgen.peers import machine_lock  # noqa: E402
-from runner.affinity import cores, on_cpus  # noqa: E402
+from runner.affinity import cores  # noqa: E402
 from runner.roofline import peak_flops  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -177,10 +177,7 @@ def measure(name: str, model_path: Path, libraries: dict[str, str], args: argpar
     model = onnx.load(str(model_path))
     runners = {run: ModelRunner(model_path, library, fuse={"plain": False, "fused": True}.get(run))
                for run, library in libraries.items()}
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = cores()
-    with on_cpus():  # its threads on every core, though the libraries' OpenMP pinned this thread to one
-        session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    session = whole_model_session(model_path)
     feeds = inputs_of(name, model)
     expected = session.run(None, feeds)
     largest = max(float(np.abs(e).max()) for e in expected)
@@ -191,12 +188,10 @@ def measure(name: str, model_path: Path, libraries: dict[str, str], args: argpar
     with machine_lock():
         times = rounds({"onnxruntime": lambda: session.run(None, feeds),
                         **{run: (lambda r=r: r.run(feeds)) for run, r in runners.items()}}, args.rounds, args.repeats)
-    per_round = {k: [statistics.median(v[i:i + args.repeats]) for i in range(0, len(v), args.repeats)]
-                 for k, v in times.items()}
+    per_round = round_medians(times, args.repeats)
     ops = {n["name"]: n["op"] for n in json.loads((model_path.parent / name / "model.json").read_text())["nodes"]}
     return {"medians": {k: statistics.median(v) for k, v in times.items()},
-            "paired": {run: statistics.median(o / t for o, t in zip(per_round["onnxruntime"], per_round[run],
-                                                                    strict=True)) for run in runners},
+            "paired": {run: paired(per_round, "onnxruntime", run) for run in runners},
             "differences": differences, "load": (load, os.getloadavg()[0]),
             "on_onnxruntime": {run: dict(Counter(ops[n] for n, where in r.placement.items()
                                                  if where == "onnxruntime")) for run, r in runners.items()},

@@ -24,7 +24,7 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,12 +92,16 @@ def node_medians(events: Iterable[Mapping[str, Any]], runs: int) -> dict[str, fl
     return {name: statistics.median(times[-runs:]) for name, times in durations.items()}
 
 
-def credit(name: str, nodes: Sequence[str], outputs: Sequence[Sequence[str]]) -> str | None:
-    """The model's node (of `nodes`, whose outputs are `outputs`) that ONNX Runtime's node `name`
+def writers(nodes: Sequence[str], outputs: Sequence[Sequence[str]]) -> dict[str, str]:
+    """Each value the model's `nodes` write (`outputs`, node by node), to the node writing it."""
+    return {value: node for node, values in zip(nodes, outputs, strict=True) for value in values}
+
+
+def credit(name: str, nodes: Collection[str], writer: Mapping[str, str]) -> str | None:
+    """The model's node (of `nodes`; `writer` from `writers`) that ONNX Runtime's node `name`
     stands for, or None."""
     if name in nodes:
         return name
-    writer = {value: node for node, values in zip(nodes, outputs, strict=True) for value in values}
     start = name
     while "_" in start:
         start = start.rsplit("_", 1)[0]
@@ -115,13 +119,13 @@ def onnxruntime_reference(report: ModelProfile, runner: ModelRunner, session: An
         medians = node_medians(json.loads(path.read_text()), runs)
     finally:
         path.unlink(missing_ok=True)
-    nodes = runner.node_names
-    outputs = [list(node.output) for node in runner.onnx_model.graph.node]
+    nodes = set(runner.node_names)
+    writer = writers(runner.node_names, [list(node.output) for node in runner.onnx_model.graph.node])
     computed = {node for row in (*report.kernels, *report.onnxruntime) for node in row.nodes}
     by_node: dict[str, float] = {}
     unmatched: dict[str, float] = {}
     for name, seconds in medians.items():
-        node = credit(name, nodes, outputs)
+        node = credit(name, nodes, writer)
         if node in computed:
             by_node[node] = by_node.get(node, 0.0) + seconds
         else:  # a node of its own, or one that the library's run folds to a constant

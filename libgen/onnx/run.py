@@ -119,7 +119,8 @@ class ModelRunner:
         held = layout_consistent(held, imported.calls, imported.blocked)
         library = load_library(library_dir, manifest, imported.kernels, held)
         self.model = model_path.name
-        self._model, self._library, self._nodes = model, library, list(model.graph.node)
+        self.onnx_model = model  # the model as read, at its input shapes
+        self._library, self._nodes = library, list(model.graph.node)
         names = [entry["name"] for entry in imported.nodes]  # one per node, in the graph's order
         self.node_names = names
         self.infos = value_infos(model)
@@ -152,7 +153,6 @@ class ModelRunner:
         self._fixed = {name: aligned_copy(value) for name, value in self._constants.items()}
         self._fixed.update((name, aligned_empty(info.dtype, info.shape)) for name, info in self.inputs.items())
         self.imported = imported  # the import the run follows: its kernels' specs, for profiles
-        self.onnx_model = model  # the model as read, at its input shapes
         self._pool = Pool()
         self._pooled: dict[str, np.ndarray] = {}  # a value made by a step -> the pool's buffer holding it
         joined = merged(units, self.outputs)
@@ -214,7 +214,7 @@ class ModelRunner:
         import onnxruntime as ort
 
         nodes = [self._nodes[i] for i in unit.nodes]
-        sub = sub_model(self._model, nodes, unit.inputs, unit.outputs, self.infos, constants)
+        sub = sub_model(self.onnx_model, nodes, unit.inputs, unit.outputs, self.infos, constants)
         options = ort.SessionOptions()
         options.intra_op_num_threads = cores()
         options.inter_op_num_threads = 1

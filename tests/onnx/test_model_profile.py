@@ -13,7 +13,7 @@ import pytest
 
 from examples.onnx_models import Graph
 from libgen.onnx.profile import ModelProfile, format_profile, profile_model, random_feeds
-from libgen.onnx.reference import credit, node_medians, onnxruntime_reference, profiled_session
+from libgen.onnx.reference import credit, node_medians, onnxruntime_reference, profiled_session, writers
 from libgen.onnx.run import ModelRunner
 from runner.roofline import Machine, bound_s, work
 from tests.onnx.test_model_run import dojo, expected, library_of
@@ -142,7 +142,7 @@ def test_bad_arguments_are_named(mlp: tuple[Path, Path], tmp_path: Path, argumen
 def test_onnxruntime_nodes_are_credited_to_the_node_they_name(name: str, credited: str | None) -> None:
     nodes = ["/up/MatMul", "n2", "n145"]
     outputs = [["h"], ["r2"], ["r145"]]
-    assert credit(name, nodes, outputs) == credited
+    assert credit(name, set(nodes), writers(nodes, outputs)) == credited
 
 
 def test_a_nodes_time_is_its_median_over_the_last_runs() -> None:
