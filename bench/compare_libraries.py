@@ -12,7 +12,12 @@ the runner's machine lock), each
 library's outputs compared with ONNX Runtime's. Prints, and with `--report` writes, ORT / library a
 library: each round's ONNX Runtime median over the library's, the median over a process's rounds,
 then the median and range over the processes; each library's time over the first one's, paired by
-round the same way (below 1, faster than the first); and the medians of all calls.
+round the same way (below 1, faster than the first); the medians of all calls; and the nodes each
+runner left to ONNX Runtime. The runner imports the model with this checkout's `dojo import` and
+takes a library's kernel only when it was built from the same spec, so a library built before a
+change to the import runs the kernels that the change rewrote on ONNX Runtime: compare such
+libraries from checkouts of their own code, each against ONNX Runtime, instead (a count above the
+other library's says so).
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ bind_openmp_threads()
 
 import numpy as np  # noqa: E402
 
-from bench.onnx_models import paired, round_medians, rounds, whole_model_session  # noqa: E402
+from bench.onnx_models import rounds, whole_model_session  # noqa: E402
+from bench.pairing import paired, round_medians  # noqa: E402
 from libgen.onnx.profile import random_feeds  # noqa: E402
 from libgen.onnx.run import ModelRunner  # noqa: E402
 from libgen.peers import machine_lock  # noqa: E402
@@ -67,7 +73,8 @@ def one_process(model: Path, libraries: list[tuple[str, Path, bool]], count: int
     return {"ratio": {name: paired(per_round, "ort", name) for name in runners},
             "to_first": {name: paired(per_round, name, first) for name in runners},
             "median_s": {k: statistics.median(v) for k, v in times.items()},
-            "difference": differences}
+            "difference": differences,
+            "onnxruntime_nodes": {name: len(runner.onnxruntime_nodes) for name, runner in runners.items()}}
 
 
 def report(model: Path, results: list[dict], command: str) -> str:
@@ -75,7 +82,8 @@ def report(model: Path, results: list[dict], command: str) -> str:
     lines = [f"# {model.stem}: libraries against ONNX Runtime, in turn in one process", "",
              f"`{command}` on {machine()}.", "",
              f"| library | ORT / library (median, range over processes) | time / {names[0]}'s, same rounds | "
-             "median time | ONNX Runtime | largest difference / largest output |", "|---|---|---|---|---|---|"]
+             "median time | ONNX Runtime | largest difference / largest output | nodes on ONNX Runtime |",
+             "|---|---|---|---|---|---|---|"]
     for name in names:
         ratios = [r["ratio"][name] for r in results]
         to_first = [r["to_first"][name] for r in results]
@@ -83,7 +91,7 @@ def report(model: Path, results: list[dict], command: str) -> str:
                      f"{statistics.median(to_first):.3f} ({min(to_first):.3f}-{max(to_first):.3f}) | "
                      f"{statistics.median(r['median_s'][name] for r in results) * 1e3:.2f} ms | "
                      f"{statistics.median(r['median_s']['ort'] for r in results) * 1e3:.2f} ms | "
-                     f"{max(r['difference'][name] for r in results):.1e} |")
+                     f"{max(r['difference'][name] for r in results):.1e} | {results[0]['onnxruntime_nodes'][name]} |")
     return "\n".join(lines) + "\n"
 
 

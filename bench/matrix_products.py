@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from agent.passes import heuristic  # noqa: E402
 from bench.library import run_peer  # noqa: E402
-from bench.onnx_models import paired  # noqa: E402
+from bench.pairing import paired  # noqa: E402
 from bench.sections import machine  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
 from dojo_ir import random_inputs  # noqa: E402

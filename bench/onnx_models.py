@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
+from bench.pairing import paired, round_medians  # noqa: E402
 from bench.sections import bind_openmp_threads, machine  # noqa: E402
 
 bind_openmp_threads()
@@ -97,16 +98,6 @@ def whole_model_session(path: Path) -> ort.InferenceSession:
     options.intra_op_num_threads = cores()
     with on_cpus():
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def round_medians(times: dict[str, list[float]], repeats: int) -> dict[str, list[float]]:
-    """Each run's median in each round of `rounds`."""
-    return {k: [statistics.median(v[r:r + repeats]) for r in range(0, len(v), repeats)] for k, v in times.items()}
-
-
-def paired(per_round: dict[str, list[float]], over: str, under: str) -> float:
-    """The median over the rounds of run `over`'s time over run `under`'s in the same round."""
-    return statistics.median(o / u for o, u in zip(per_round[over], per_round[under], strict=True))
 
 
 def bench_model(name: str, out: Path, quick: bool, count: int, repeats: int, budget: int) -> dict:

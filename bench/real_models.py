@@ -46,7 +46,8 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
-from bench.onnx_models import paired, round_medians, rounds, whole_model_session  # noqa: E402
+from bench.onnx_models import rounds, whole_model_session  # noqa: E402
+from bench.pairing import paired, round_medians  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
 from libgen.onnx.run import ModelRunner  # noqa: E402
 from libgen.peers import machine_lock  # noqa: E402
