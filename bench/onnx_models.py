@@ -43,9 +43,10 @@ import onnx  # noqa: E402
 import onnx_models  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
+from libgen.onnx.reference import SETTLE_S, onnxruntime_session  # noqa: E402
 from libgen.onnx.run import ModelRunner  # noqa: E402
 from libgen.peers import machine_lock  # noqa: E402
-from runner.affinity import cores, on_cpus  # noqa: E402
+from runner.affinity import cores  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 MODELS = ("encoder", "conv_block")
@@ -80,9 +81,7 @@ def rounds(runs: dict[str, Callable[[], object]], count: int, repeats: int) -> d
         names = list(runs)
         for name in names[round_ % len(names):] + names[:round_ % len(names)]:  # each goes first in turn
             run = runs[name]
-            # ONNX Runtime's idle threads spin for a while after a call: let them stop before another
-            # runtime's threads want the cores
-            time.sleep(0.05)
+            time.sleep(SETTLE_S)  # ONNX Runtime's idle threads stop spinning before another runtime's start
             for _ in range(repeats):
                 start = time.perf_counter()
                 run()
@@ -91,13 +90,8 @@ def rounds(runs: dict[str, Callable[[], object]], count: int, repeats: int) -> d
 
 
 def whole_model_session(path: Path) -> ort.InferenceSession:
-    """The ONNX Runtime session the benchmarks compare with: the model at `path` with ONNX Runtime's
-    default optimisations and one intra-op thread a core, its threads on every core (though a
-    library's OpenMP may have pinned this thread to one)."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = cores()
-    with on_cpus():
-        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    """The ONNX Runtime session the benchmarks compare with: `dojo model profile`'s, of the model at `path`."""
+    return onnxruntime_session(str(path))
 
 
 def bench_model(name: str, out: Path, quick: bool, count: int, repeats: int, budget: int) -> dict:

@@ -53,18 +53,24 @@ class Reference:
                 "unmatched_s": self.unmatched_s, "total_s": self.total_s}
 
 
-def profiled_session(runner: ModelRunner) -> Any:
-    """An ONNX Runtime session of the runner's model (at its input shapes) that profiles its nodes,
-    on every core the runner may use, with as many threads."""
+def onnxruntime_session(model: str | bytes, profile: bool = False) -> Any:
+    """An ONNX Runtime session of `model` (a path, or the serialised model) with its default graph
+    optimisations and one intra-op thread a core, its threads on every core (though a library's
+    OpenMP may have pinned this thread to one); with `profile`, profiling its nodes."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = cores()
-    options.enable_profiling = True
-    options.profile_file_prefix = str(Path(tempfile.mkdtemp(prefix="dojo-ort-profile-")) / "ort")
-    with on_cpus():  # its threads on every core, though a library's OpenMP may have pinned this thread to one
-        return ort.InferenceSession(runner.onnx_model.SerializeToString(), options,
-                                    providers=["CPUExecutionProvider"])
+    if profile:
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(tempfile.mkdtemp(prefix="dojo-ort-profile-")) / "ort")
+    with on_cpus():
+        return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def profiled_session(runner: ModelRunner) -> Any:
+    """A session of the runner's model (at its input shapes) that profiles its nodes."""
+    return onnxruntime_session(runner.onnx_model.SerializeToString(), profile=True)
 
 
 # ONNX Runtime's idle threads spin for a while after a run, and an OpenMP runtime's after a parallel
