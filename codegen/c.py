@@ -59,7 +59,7 @@ from .cexpr import Env, Printer, buffer_var, c_type, helper_source, loop_var, st
 from .cvector import last_index_reach, streamable, vector_accumulation, vector_statement
 from .harness import harness
 from .padding import read_padding, zero_padding
-from .prefetch import prefetches
+from .prefetch import Panel, panel_plan, panel_prefetches, prefetches
 from .targets import Target, streaming_threshold_bytes
 from .vector_helpers import (
     stream_helper_source,
@@ -162,6 +162,10 @@ class _Emitter:
     def padding(self) -> dict[str, int]:
         return read_padding(self.program)
 
+    @cached_property
+    def panels(self) -> dict[Path, list[Panel]]:
+        return panel_plan(self.program)
+
     def declarations(self, path: Path) -> list[str]:
         """The local buffers declared at `path`, each with the padding that widened vectors read zeroed."""
         lines: list[str] = []
@@ -205,7 +209,8 @@ class _Emitter:
             return
         var = loop_var(depth)
         inner = {**env, depth: var}
-        body = [*prefetches(node, depth, self.program, inner), *self.block(node.body, path, inner)]
+        body = [*prefetches(node, depth, self.program, inner), *panel_prefetches(self.panels.get(path, []), inner),
+                *self.block(node.body, path, inner)]
         if node.kind == "p" and self.outline:
             body = [self.nest_call(body, path, inner)]
         loop = [f"for (long {var} = 0; {var} < {node.size}; ++{var}) {{", *indented(body), "}"]

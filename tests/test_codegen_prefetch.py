@@ -1,9 +1,12 @@
-"""Prefetches for a register tile's broadcast operand (codegen/prefetch.py): the lines that the
-next iteration of the loop around the tile broadcasts from, exactly, in bounds, and nowhere else."""
+"""Prefetches for a register tile's operands (codegen/prefetch.py): for its broadcast operand, the
+lines that the next iteration of the loop around the tile broadcasts from; for a panel of its vector
+operand that rows reuse, the lines of the next panel, spread over the rows. Exactly those, in bounds,
+and nowhere else."""
 
 from __future__ import annotations
 
 import re
+from itertools import product
 from pathlib import Path
 
 import pytest
@@ -93,4 +96,103 @@ def test_the_prefetched_lines_are_exactly_those_of_the_next_iteration(blocks: in
 def test_a_prefetching_tile_computes_what_the_interpreter_does(tmp_path: Path) -> None:
     program = pointwise(blocks=3, rows=2, pixels=4)
     assert "__builtin_prefetch" in generate(program, NATIVE)
+    assert_matches(program, tmp_path)
+
+
+# -- panels of the vector operand --------------------------------------------------
+
+
+def blocked(blocks: int = 3, rows: int = 4, channels: int = 32, *, groups: int = 0, reused: bool = True,
+            location: str = "heap") -> Program:
+    """A 1x1 convolution's tile in blocks of `channels` input channels, the rows inside the blocks
+    (register_tile's blocks of K outside the rows): each row broadcasts x into 2 vectors of output
+    channels, and every row of a block reads the block's panel of weights, `channels` * 2 lines.
+    With `groups`, a loop of groups outside the blocks, whose weights follow one another; unless
+    `reused`, each row reads a panel of its own; w in another `location` than the heap is a copy
+    of the input `v` there."""
+    outer, g = (f"{groups} ", "{0}*" + str(blocks * channels) + "+") if groups else ("", "")
+    b, r, c = (1, 2, 3) if groups else (0, 1, 2)
+    w_rows = (groups or 1) * blocks * channels * (1 if reused else rows)
+    w_row = f"{g}{{{b}}}*{channels}+{{{c}}}" if reused else f"({g}{{{b}}}*{rows}+{{{r}}})*{channels}+{{{c}}}"
+    copied = location != "heap"  # a temporary, copied from the input `v` first
+    n = "{0}" if groups else "0"
+    return load(f"""kernel cv(x, {'v' if copied else 'w'}) -> y
+
+x f32 [{groups or 1}, {blocks}, {rows}, 4, {channels}] heap
+{f'v f32 [{w_rows}, 32] heap' if copied else ''}
+w f32 [{w_rows}, 32] {location}
+y f32 [{groups or 1}, {rows}, 4, 32] heap
+
+{f'{w_rows} 32 w[{{0}},{{1}}] = v[{{0}},{{1}}]' if copied else ''}
+{groups or 1} {rows} 4 32:v y[{{0}},{{1}},{{2}},{{3}}] = 0
+{outer}{blocks} {rows} {channels} 4:u 2:u 16:v y[{n},{{{r}}},{{{c + 1}}},{{{c + 2}}}*16+{{{c + 3}}}] \
++= x[{n},{{{b}}},{{{r}}},{{{c + 1}}},{{{c}}}] * w[{w_row},{{{c + 2}}}*16+{{{c + 3}}}]
+""")
+
+
+def panel_prefetches(source: str) -> tuple[str, list[str]]:
+    """The guard and the prefetched offsets of `b_w` in `source`."""
+    found = re.search(r"if \((.*)\) \{\n((?:\s*__builtin_prefetch\(&b_w\[.*\], 0, 2\);\n)+)\s*\}", source)
+    assert found, source
+    return found.group(1), re.findall(r"__builtin_prefetch\(&b_w\[(.*)\], 0, 2\);", found.group(2))
+
+
+def prefetched_lines(source: str, loops: dict[str, int]) -> dict[tuple[int, ...], set[int]]:
+    """The lines of w prefetched in each iteration of the loops outside the rows (`loops`, their
+    variables and sizes, outermost first, then the rows' and the channels'), over all the rows."""
+    guard, offsets = panel_prefetches(source)
+    guard = guard.replace("&&", "and")
+    outside = list(loops)[:-2]
+    found: dict[tuple[int, ...], set[int]] = {}
+    for values in product(*(range(size) for size in loops.values())):
+        env = dict(zip(loops, values, strict=True))
+        lines = found.setdefault(tuple(env[v] for v in outside), set())
+        if eval(guard, {}, env):  # noqa: S307 - our own C text
+            lines.update(eval(o, {}, env) for o in offsets)  # noqa: S307
+    return found
+
+
+@settings(max_examples=25, deadline=None)
+@given(blocks=st.integers(2, 4), rows=st.integers(2, 6), channels=st.sampled_from([16, 32, 48, 64]))
+def test_the_rows_of_a_block_prefetch_exactly_the_next_blocks_panel(blocks: int, rows: int, channels: int) -> None:
+    source = generate(blocked(blocks, rows, channels), NATIVE)
+    found = prefetched_lines(source, {"i0": blocks, "i1": rows, "i2": channels})
+    panel = channels * 32
+    for block, lines in found.items():
+        following = block[0] + 1
+        assert lines == ({following * panel + k * LINE for k in range(panel // LINE)} if following < blocks
+                         else set()), block
+
+
+def test_the_last_block_of_a_group_prefetches_the_next_groups_first_panel() -> None:
+    groups, blocks, rows, channels = 3, 2, 4, 32
+    source = generate(blocked(blocks, rows, channels, groups=groups), NATIVE)
+    found = prefetched_lines(source, {"i0": groups, "i1": blocks, "i2": rows, "i3": channels})
+    panel = channels * 32
+    for (group, block), lines in found.items():
+        following = group * blocks + block + 1
+        assert lines == ({following * panel + k * LINE for k in range(panel // LINE)}
+                         if following < groups * blocks else set()), (group, block)
+
+
+def test_the_prefetches_are_spread_over_the_rows_and_the_channels_inside_them() -> None:
+    source = generate(blocked(blocks=2, rows=4, channels=32), NATIVE)
+    _, offsets = panel_prefetches(source)
+    assert len(offsets) == 1  # 64 lines over 4 rows of 32 channels: one a step
+    channels_loop = source.index("for (long i2 = 0; i2 < 32; ++i2)")
+    assert source.index("__builtin_prefetch(&b_w", channels_loop) < source.index("b_y", channels_loop)
+
+
+@pytest.mark.parametrize(("why", "program"), [
+    ("each row reads a panel of its own: nothing is reused", blocked(reused=False)),
+    ("a panel on the stack stays in cache", blocked(location="stack")),
+    ("a panel of 16 lines is the hardware prefetcher's", blocked(channels=8)),
+])
+def test_no_panel_prefetch(why: str, program: Program) -> None:
+    assert "__builtin_prefetch(&b_w" not in generate(program, NATIVE), why
+
+
+def test_a_tile_prefetching_its_panels_computes_what_the_interpreter_does(tmp_path: Path) -> None:
+    program = blocked(blocks=3, rows=3, channels=32, groups=2)
+    assert "__builtin_prefetch(&b_w" in generate(program, NATIVE)
     assert_matches(program, tmp_path)
