@@ -72,6 +72,7 @@ from agent.evaluate import Evaluation, Evaluator, read_log, replay_moves, text_h
 from agent.passes import PASSES  # noqa: E402
 from agent.perfllm.checkpoint import POLICY  # noqa: E402
 from agent.search import METHODS, make_graph  # noqa: E402
+from bench.pairing import geometric_mean  # noqa: E402
 from bench.sections import archive_log, machine  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
 from dojo_ir import Program, load  # noqa: E402
@@ -189,10 +190,6 @@ def read_at(method: str, budgets: list[int], methods: list[str]) -> list[int]:
     return budgets + ([CONTINUING_AT] if method == "sa:heuristic" and CONTINUING in methods else [])
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(map(math.log, values)) / len(values))
-
-
 def shown(path: Path) -> Path:
     return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
@@ -209,7 +206,7 @@ def bars(time_of: Callable[[str, str, int], float], kernels: list[str], methods:
     if absent:
         lines.append(f"(a) Not computed: no runs of {', '.join(absent)}.")
     else:
-        against = {other: geomean([time_of(k, "agent", at) / time_of(k, other, top) for k in kernels])
+        against = {other: geometric_mean([time_of(k, "agent", at) / time_of(k, other, top) for k in kernels])
                    for other in ("random", "sa")}
         ratios |= {f"agent {at} / {other} {top}": ratio for other, ratio in against.items()}
         met = all(ratio <= 1 for ratio in against.values())
@@ -222,7 +219,7 @@ def bars(time_of: Callable[[str, str, int], float], kernels: list[str], methods:
         lines.append(f"(b) Not computed: no runs of {', '.join(absent)}.")
     else:
         # speed-up over speed-up: the spec's time cancels
-        share = geomean([time_of(k, "sa:heuristic", top) / time_of(k, "agent", at) for k in kernels])
+        share = geometric_mean([time_of(k, "sa:heuristic", top) / time_of(k, "agent", at) for k in kernels])
         ratios[f"agent {at} speed-up / sa:heuristic {top} speed-up"] = share
         lines.append(f"(b) The agent's speed-up at {at} evaluations over sa:heuristic's at {top}, in geometric mean "
                      f"over the kernels: {share:.3f}: **{'met' if share >= HEURISTIC_SHARE else 'not met'}** (at "
@@ -341,8 +338,8 @@ def report(args: argparse.Namespace, argv: list[str] | None, specs: dict[str, Pr
         spec_s = remeasured[name, ()]
         cells = [f"{spec_s / pass_time(name):.2f}x"] + [f"{spec_s / time_of(name, m, b):.2f}x" for m, b in columns]
         lines.append(f"| {name} | {spec_s * 1e6:.1f} us | " + " | ".join(cells) + " |")
-    speedups = {key: geomean([remeasured[n, ()] / time_of(n, *key) for n in kernels]) for key in columns}
-    by_pass = geomean([remeasured[n, ()] / pass_time(n) for n in kernels])
+    speedups = {key: geometric_mean([remeasured[n, ()] / time_of(n, *key) for n in kernels]) for key in columns}
+    by_pass = geometric_mean([remeasured[n, ()] / pass_time(n) for n in kernels])
     lines += [f"| geomean |  | {by_pass:.2f}x | " + " | ".join(f"{speedups[key]:.2f}x" for key in columns) + " |",
               ""]
     bar_lines, ratios = bars(time_of, kernels, methods, top)
@@ -382,8 +379,8 @@ def against_the_pass(time_of: Callable[[str, str, int], float], pass_time: Calla
     pass's (pass time over agent time) in geometric mean and at worst, and its time over sa's at
     as many."""
     share = {name: pass_time(name) / time_of(name, "agent", REAL_AT) for name in kernels}
-    over_sa = geomean([time_of(name, "agent", REAL_AT) / time_of(name, "sa", REAL_AT) for name in kernels])
-    mean, worst = geomean(list(share.values())), min(share.values())
+    over_sa = geometric_mean([time_of(name, "agent", REAL_AT) / time_of(name, "sa", REAL_AT) for name in kernels])
+    mean, worst = geometric_mean(list(share.values())), min(share.values())
     met = mean >= REAL_SHARE and worst >= REAL_WORST and over_sa <= 1
     lines = [f"(d) The agent at {REAL_AT} evaluations with no heuristic, its speed-up over the heuristic pass's: "
              f"{mean:.3f} in geometric mean, {worst:.3f} at worst ({min(share, key=share.get)}); its time over sa's "
@@ -416,7 +413,7 @@ def continuing(time_of: Callable[[str, str, int], float], remeasured: dict[tuple
         speedups = [spec_s / time_of(name, m, n) for m, n in ((CONTINUING, 0), ("sa:heuristic", at), (CONTINUING, at))]
         lines.append(f"| {name} | " + " | ".join(f"{x:.2f}x" for x in speedups)
                      + f" | {ratio[name]:.3f} | {floor[name]:.3f} |")
-    mean, worst, least = geomean(list(ratio.values())), max(ratio.values()), geomean(list(floor.values()))
+    mean, worst, least = geometric_mean(list(ratio.values())), max(ratio.values()), geometric_mean(list(floor.values()))
     met = mean <= CONTINUING_SHARE and worst <= CONTINUING_WORST
     lines += [f"| geomean |  |  |  | {mean:.3f} | {least:.3f} |", "",
               f"(c) The agent continuing the heuristic pass's program, its time at {at} evaluations over "

@@ -45,6 +45,7 @@ import onnxruntime as ort  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 
 from bench.onnx_models import dojo, rounds  # noqa: E402
+from bench.pairing import geometric_mean  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
 from libgen.onnx import channels_last, depthwise  # noqa: E402
 from libgen.onnx.importer import import_model, write_import  # noqa: E402
@@ -231,10 +232,6 @@ def report(rows: list[dict], peak: float, args: argparse.Namespace, load: tuple[
               f"best calls: {geometric_mean(fastest):.2f}); of direct over imported over the {len(steps)} Conv "
               f"cases: {geometric_mean(steps):.2f}x."]
     return "\n".join(lines) + "\n"
-
-
-def geometric_mean(values: list[float]) -> float:
-    return float(np.exp(np.mean(np.log(values))))
 
 
 def main() -> int:

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.library_plots import best_so_far, plot_convergence, plot_speedups  # noqa: E402,F401
+from bench.pairing import geometric_mean  # noqa: E402
 from codegen.targets import host_caches  # noqa: E402
 from dojo_ir import DojoError, load, random_inputs  # noqa: E402
 from dojo_ir.library import KERNELS  # noqa: E402
@@ -240,7 +241,7 @@ def measure_rounds(row: dict[str, Any], kernel: str, spec: Any, shape: dict[str,
 
 def geomean(values: list[float]) -> float | None:
     values = [v for v in values if v and v > 0 and math.isfinite(v)]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+    return geometric_mean(values) if values else None
 
 
 def time_cells(row: dict[str, Any], key: str, columns: list[str], missing: str) -> list[str]:

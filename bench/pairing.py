@@ -3,6 +3,7 @@ host's load comes and goes within seconds, and weighs alike on what runs in the 
 
 from __future__ import annotations
 
+import math
 import statistics
 
 
@@ -14,3 +15,8 @@ def round_medians(times: dict[str, list[float]], repeats: int) -> dict[str, list
 def paired(per_round: dict[str, list[float]], over: str, under: str) -> float:
     """The median over the rounds of run `over`'s time over run `under`'s in the same round."""
     return statistics.median(o / u for o, u in zip(per_round[over], per_round[under], strict=True))
+
+
+def geometric_mean(values: list[float]) -> float:
+    """The geometric mean of positive `values`: the mean of ratios, whichever way up they are taken."""
+    return math.exp(statistics.fmean(math.log(v) for v in values))

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -47,7 +46,7 @@ import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
 from bench.onnx_models import rounds, whole_model_session  # noqa: E402
-from bench.pairing import paired, round_medians  # noqa: E402
+from bench.pairing import geometric_mean, paired, round_medians  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
 from libgen.onnx.run import ModelRunner  # noqa: E402
 from libgen.peers import machine_lock  # noqa: E402
@@ -246,9 +245,10 @@ def report(rows: list[dict], args: argparse.Namespace, peak: float, tuning: bool
                      f"{row['flops'] / median['onnxruntime'] / 1e9:.0f}, {row['flops'] / best / 1e9:.0f} |")
     better = {row["name"]: max(statistics.median(p["paired"][r] for p in row["runs"]) for r in runs) for row in rows}
     lowest = min(better, key=better.get)
+    alone = {r: geometric_mean([statistics.median(p["paired"][r] for p in row["runs"]) for row in rows]) for r in runs}
     lines += ["", f"Over the {len(rows)} models, the better of {' and '.join(runs)} (ORT / ours): "
-              f"{math.exp(statistics.fmean(math.log(v) for v in better.values())):.2f} in geometric mean, "
-              f"{better[lowest]:.2f} at the lowest ({lowest})."]
+              f"{geometric_mean(list(better.values())):.2f} in geometric mean, {better[lowest]:.2f} at the lowest "
+              f"({lowest}); each library alone: {', '.join(f'{r} {v:.2f}' for r, v in alone.items())}."]
     lines += ["", "Correctness, coverage and costs: the largest difference from ONNX Runtime's outputs over the "
               "largest output's magnitude; the Conv, MatMul and Gemm nodes not in a library kernel; the nodes left to "
               "ONNX Runtime, by operator; the wall time of each `dojo` command (a fresh Python each). A build's time "

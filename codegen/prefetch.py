@@ -144,9 +144,9 @@ def _broadcasts(op: Op, lane: int) -> list[Access]:
 class Panel:
     """Prefetches of the panel of `buffer` that the next iteration of a loop P will read: `lines`
     lines from `outer + first` (`outer` over P's depth and those outside it), `per_step` lines at
-    each step of the loops at `counter` ((depth, steps a unit of it counts)), while the step's
-    lines lie within the buffer's `total` elements and, unless P's parent's next panel follows on,
-    P (at `last[0]`, of `last[1]` iterations) has a next iteration."""
+    each step of the loops that the prefetches are spread over, `counter` numbering the steps, while
+    the step's lines lie within the buffer's `total` elements and, unless P's parent's next panel
+    follows on, P (at depth `last[0]`, of `last[1]` iterations) has a next iteration."""
 
     buffer: str
     outer: Affine

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.matrix_products import best_peer_over, median_time
-from bench.pairing import paired, round_medians
+from bench.pairing import geometric_mean, paired, round_medians
 
 
 def test_each_rounds_median_comes_from_its_own_calls() -> None:
@@ -17,6 +17,11 @@ def test_each_rounds_median_comes_from_its_own_calls() -> None:
 def test_a_paired_ratio_ignores_a_round_that_was_slow_for_everyone() -> None:
     assert paired({"peer": [1.0, 1.0, 3.0], "ours": [1.0, 1.0, 3.0]}, "peer", "ours") == 1.0
     assert paired({"peer": [1.0, 1.0, 3.0], "ours": [2.0, 2.0, 6.0]}, "peer", "ours") == 0.5  # ours twice as slow
+
+
+def test_the_geometric_mean_weighs_a_ratio_and_its_inverse_alike() -> None:
+    assert geometric_mean([2.0, 0.5]) == pytest.approx(1.0)
+    assert geometric_mean([1.0, 4.0, 16.0]) == pytest.approx(4.0)
 
 
 def test_the_fastest_peer_is_taken_round_by_round() -> None:
