@@ -29,6 +29,9 @@ def add_profile_parser(model_commands: argparse._SubParsersAction) -> None:
     add_model_import_options(profile)
     profile.add_argument("--against-onnxruntime", action="store_true", help="also run the model on ONNX Runtime "
                          "alone, in turn with the library, and give its time for each row's nodes")
+    profile.add_argument("--warm", action="store_true", help="also time each kernel with its data in cache (each "
+                         "call right after one of its own, in runs of their own): its time in the model over that "
+                         "is what the model around it costs")
     profile.add_argument("--json", action="store_true", help="the profile as JSON")
     profile.set_defaults(run=cmd_model_profile)
 
@@ -60,7 +63,7 @@ def cmd_model_profile(args: argparse.Namespace) -> int:
         feeds = feeds if feeds is not None else random_feeds(runner.inputs, args.seed)
         session = profiled_session(runner) if args.against_onnxruntime else None
         report = profile_model(runner, feeds, args.repeats,
-                               beside=None if session is None else run_in_turn(session, feeds))
+                               beside=None if session is None else run_in_turn(session, feeds), warm=args.warm)
         reference = None if session is None else onnxruntime_reference(report, runner, session, args.repeats)
     except (RunError, ShapeError) as error:
         raise CommandError(f"dojo model profile: error: {error}") from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -15,6 +16,7 @@ from examples.onnx_models import Graph
 from libgen.onnx.profile import ModelProfile, format_profile, profile_model, random_feeds
 from libgen.onnx.reference import credit, node_medians, onnxruntime_reference, profiled_session, writers
 from libgen.onnx.run import ModelRunner
+from libgen.runtime import Library
 from runner.roofline import Machine, bound_s, work
 from tests.onnx.test_model_run import dojo, expected, library_of
 
@@ -81,6 +83,44 @@ def test_a_timed_run_gives_the_same_outputs_as_a_plain_one(mlp: tuple[Path, Path
         np.testing.assert_allclose(value, want[name], rtol=1e-4, atol=1e-5)
 
 
+def test_a_warm_run_calls_each_kernel_twice_and_gives_the_same_outputs(mlp: tuple[Path, Path],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    path, library = mlp
+    runner = ModelRunner(path, library)
+    feeds = random_feeds(runner.inputs, 1)
+    calls: list[str] = []
+    real_call = Library.call
+
+    def counted(self: Library, kernel: Any, pointers: Any) -> None:
+        calls.append(kernel.name)
+        real_call(self, kernel, pointers)
+
+    monkeypatch.setattr(Library, "call", counted)
+    warm, seconds = runner.run_timed(feeds, warm=True)
+    assert len(seconds) == len(runner.steps) + 2
+    assert calls == [name for step in runner.steps if step.kernel for name in (step.kernel, step.kernel)]
+    for name, value in runner.run(feeds).items():
+        np.testing.assert_array_equal(warm[name], value)
+
+
+@pytest.fixture(scope="module")
+def warm_report(mlp: tuple[Path, Path]) -> ModelProfile:
+    path, library = mlp
+    runner = ModelRunner(path, library)
+    return profile_model(runner, random_feeds(runner.inputs, 0), repeats=3, machine=MACHINE, warm=True)
+
+
+def test_a_warm_profile_times_every_kernel_warm_too(warm_report: ModelProfile, report: ModelProfile) -> None:
+    assert all(k.warm_s is not None and k.warm_s > 0 for k in warm_report.kernels)
+    assert all(k.warm_s is None for k in report.kernels)
+    assert ModelProfile.from_json(json.loads(json.dumps(warm_report.to_json()))) == warm_report
+    lines = format_profile(warm_report).splitlines()
+    assert lines[0].split()[7:] == ["warm", "time", "/", "warm"]
+    matmul = warm_report.kernel("matmul")
+    row = next(line for line in lines if line.startswith("matmul"))
+    assert row.split()[-1] == f"{matmul.time_s / matmul.warm_s:.2f}"
+
+
 def test_the_json_round_trips(report: ModelProfile) -> None:
     assert ModelProfile.from_json(json.loads(json.dumps(report.to_json()))) == report
 
@@ -106,8 +146,10 @@ def test_the_command_prints_the_profile_as_json(mlp: tuple[Path, Path], tmp_path
     assert {k["kernel"] for k in data["kernels"]} == {"matmul", "relu", "mul"}
     assert sum(k["share"] for k in data["kernels"]) + sum(p["share"] for p in data["onnxruntime"]) \
         + data["copies"]["share"] == pytest.approx(1.0)
-    table = dojo("model", "profile", str(path), "--library", str(library), "--seed", "2", "--repeats", "2")
+    assert all(k["warm_s"] is None for k in data["kernels"])
+    table = dojo("model", "profile", str(path), "--library", str(library), "--seed", "2", "--repeats", "2", "--warm")
     assert table.returncode == 0 and "(ONNX Runtime)" in table.stdout
+    assert table.stdout.splitlines()[0].split()[7:] == ["warm", "time", "/", "warm"]
 
 
 @pytest.mark.parametrize("arguments, message", [
