@@ -37,9 +37,10 @@ bind_openmp_threads()
 
 import numpy as np  # noqa: E402
 
-from bench.onnx_models import rounds, whole_model_session  # noqa: E402
+from bench.onnx_models import rounds  # noqa: E402
 from bench.pairing import paired, round_medians  # noqa: E402
 from libgen.onnx.profile import random_feeds  # noqa: E402
+from libgen.onnx.reference import onnxruntime_session  # noqa: E402
 from libgen.onnx.run import ModelRunner  # noqa: E402
 from libgen.peers import machine_lock  # noqa: E402
 
@@ -56,7 +57,7 @@ def parse_library(text: str) -> tuple[str, Path, bool]:
 def one_process(model: Path, libraries: list[tuple[str, Path, bool]], count: int, repeats: int) -> dict:
     """ORT / library for each library, the median over this process's rounds; and each one's times."""
     runners = {name: ModelRunner(model, directory, fuse=fused) for name, directory, fused in libraries}
-    session = whole_model_session(model)
+    session = onnxruntime_session(str(model))
     feeds = random_feeds(next(iter(runners.values())).inputs, 0)
     expected = session.run(None, feeds)
     scale = max(float(np.max(np.abs(e))) for e in expected)

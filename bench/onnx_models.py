@@ -41,7 +41,6 @@ bind_openmp_threads()
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnx_models  # noqa: E402
-import onnxruntime as ort  # noqa: E402
 
 from libgen.onnx.reference import SETTLE_S, onnxruntime_session  # noqa: E402
 from libgen.onnx.run import ModelRunner  # noqa: E402
@@ -89,11 +88,6 @@ def rounds(runs: dict[str, Callable[[], object]], count: int, repeats: int) -> d
     return times
 
 
-def whole_model_session(path: Path) -> ort.InferenceSession:
-    """The ONNX Runtime session the benchmarks compare with: `dojo model profile`'s, of the model at `path`."""
-    return onnxruntime_session(str(path))
-
-
 def bench_model(name: str, out: Path, quick: bool, count: int, repeats: int, budget: int) -> dict:
     model = out / f"{name}.onnx"
     onnx.save(onnx_models.MODELS[name](**(onnx_models.SMALL[name] if quick else {})), str(model))
@@ -101,7 +95,7 @@ def bench_model(name: str, out: Path, quick: bool, count: int, repeats: int, bud
     libraries = {fuse: build(model, out, fuse, budget) for fuse in (False, True)}
     build_s = time.perf_counter() - started
     runners = {fuse: ModelRunner(model, library, fuse=fuse) for fuse, library in libraries.items()}
-    session = whole_model_session(model)
+    session = onnxruntime_session(str(model))
     graph_input = session.get_inputs()[0]
     x = np.random.default_rng(1).standard_normal(graph_input.shape).astype(np.float32)
     feeds = {graph_input.name: x}

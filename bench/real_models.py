@@ -45,9 +45,10 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
-from bench.onnx_models import rounds, whole_model_session  # noqa: E402
+from bench.onnx_models import rounds  # noqa: E402
 from bench.pairing import geometric_mean, paired, round_medians  # noqa: E402
 from codegen.targets import get_target  # noqa: E402
+from libgen.onnx.reference import onnxruntime_session  # noqa: E402
 from libgen.onnx.run import ModelRunner  # noqa: E402
 from libgen.peers import machine_lock  # noqa: E402
 from runner.affinity import cores  # noqa: E402
@@ -177,7 +178,7 @@ def measure(name: str, model_path: Path, libraries: dict[str, str], args: argpar
     model = onnx.load(str(model_path))
     runners = {run: ModelRunner(model_path, library, fuse={"plain": False, "fused": True}.get(run))
                for run, library in libraries.items()}
-    session = whole_model_session(model_path)
+    session = onnxruntime_session(str(model_path))
     feeds = inputs_of(name, model)
     expected = session.run(None, feeds)
     largest = max(float(np.abs(e).max()) for e in expected)

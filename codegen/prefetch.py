@@ -106,33 +106,54 @@ def _broadcast_lines(loop: Scope, depth: int, program: Program, env: Env
                      ) -> Iterator[tuple[str, Affine, set[int]]]:
     """(buffer, offset outside `loop`, line-start offsets) of each broadcast read under `loop`,
     the child at `depth + 1` of the scope at `depth`, in that scope's next iteration."""
-    external = {program.buffer_of[name].name for name in program.inputs + program.outputs}
     for _, op, chain in walk_op_paths(loop.body, chain=(loop,)):
         if chain[-1].kind != "v" or any(s.kind not in ("", "u") for s in chain[:-1]):
             continue
         lane = depth + len(chain)
         for read in _broadcasts(op, lane):
-            buffer = program.buffer_of[read.array]
-            if buffer.location != "heap" and buffer.name not in external:
+            form = _memory_offset(read, program)
+            if form is None:
                 continue
-            try:
-                off = offset(read, buffer)
-            except NotAffine:
-                continue
-            form = bind(off.linear, env)
-            per_line = LINE_BYTES // DTYPE_BYTES[buffer.dtype]
+            form = bind(form, env)
+            per_line = _per_line(program, read)
             outer = Affine.of({d: c for d, c in form.terms if d <= depth})
-            if off.folded or form.coef(depth + 1) != 1 or not form.coef(depth) or any(
-                    c % per_line for _, c in outer.terms):
+            if form.coef(depth + 1) != 1 or not form.coef(depth) or any(c % per_line for _, c in outer.terms):
                 continue
             inner = [(d, c) for d, c in form.terms if d > depth]
             sizes = [chain[d - depth - 1].size for d, _ in inner]
             if prod(sizes) > MAX_ENUMERATED:
                 continue
-            start = form.const + form.coef(depth)
-            found = {(start + sum(c * v for (_, c), v in zip(inner, values, strict=True))) // per_line * per_line
-                     for values in product(*(range(s) for s in sizes))}
-            yield buffer.name, outer, found
+            yield program.buffer_of[read.array].name, outer, \
+                _lines(form.const + form.coef(depth), inner, sizes, 0, per_line)
+
+
+def _memory_offset(read: Access, program: Program) -> Affine | None:
+    """The flattened offset of `read` when its lines can be known exactly and are worth
+    prefetching: in the caller's buffer or the heap (a local array stays in cache), affine, with
+    no `D:K` dimension; else None."""
+    buffer = program.buffer_of[read.array]
+    if buffer.location != "heap" and all(program.buffer_of[name] is not buffer
+                                         for name in program.inputs + program.outputs):
+        return None
+    try:
+        off = offset(read, buffer)
+    except NotAffine:
+        return None
+    return None if off.folded else off.linear
+
+
+def _per_line(program: Program, read: Access) -> int:
+    return LINE_BYTES // DTYPE_BYTES[program.buffer_of[read.array].dtype]
+
+
+def _lines(start: int, inner: list[tuple[int, int]], sizes: list[int], reach: int, per_line: int) -> set[int]:
+    """The starts (element offsets) of the lines that a read at `start` plus `inner`'s terms reads
+    over loops of `sizes`, each read `reach` elements long after its first."""
+    lines: set[int] = set()
+    for values in product(*(range(size) for size in sizes)):
+        first = start + sum(c * v for (_, c), v in zip(inner, values, strict=True))
+        lines.update(range(first // per_line * per_line, (first + reach) // per_line * per_line + 1, per_line))
+    return lines
 
 
 def _broadcasts(op: Op, lane: int) -> list[Access]:
@@ -162,23 +183,15 @@ class Panel:
 def panel_plan(program: Program) -> dict[tuple[int, ...], list[Panel]]:
     """The panels to prefetch, by the path of the loop whose body opens with them."""
     found: dict[tuple, tuple[set[int], tuple[int, ...], tuple[Scope, ...]]] = {}
-    external = {program.buffer_of[name].name for name in program.inputs + program.outputs}
     for path, op, chain in walk_op_paths(program.body):
         lane = len(chain) - 1
         if not chain or chain[-1].kind != "v" or any(s.kind not in ("", "u", "p") for s in chain[:-1]):
             continue
         for read in dict.fromkeys(op.reads):
-            buffer = program.buffer_of[read.array]
-            if lane_use(read, lane) != "contiguous" or (buffer.location != "heap" and buffer.name not in external):
+            form = _memory_offset(read, program) if lane_use(read, lane) == "contiguous" else None
+            if form is None:
                 continue
-            try:
-                off = offset(read, buffer)
-            except NotAffine:
-                continue
-            if off.folded:
-                continue
-            per_line = LINE_BYTES // DTYPE_BYTES[buffer.dtype]
-            form = off.linear
+            per_line = _per_line(program, read)
             for p in range(lane - 1):
                 if chain[p].kind not in ("", "p") or chain[p + 1].kind != "" or chain[p + 1].size < 2 \
                         or form.coef(p + 1) or not form.coef(p):
@@ -189,7 +202,7 @@ def panel_plan(program: Program) -> dict[tuple[int, ...], list[Panel]]:
                 lines = _panel_lines(form, chain, p + 1, lane, per_line)
                 if lines is None:
                     continue
-                key = (path[:p + 1], buffer.name, outer)
+                key = (path[:p + 1], program.buffer_of[read.array].name, outer)
                 known, _, _ = found.setdefault(key, (set(), path, chain))
                 known.update(lines)
     plan: dict[tuple[int, ...], list[Panel]] = {}
@@ -204,14 +217,10 @@ def _panel_lines(form: Affine, chain: tuple[Scope, ...], reuse: int, lane: int, 
     """The lines (as element offsets) that the loops inside the reusing loop at `reuse` read of
     the vector read `form`, apart from the terms of the loops outside it."""
     inner = [(d, c) for d, c in form.terms if reuse < d < lane]
-    if prod(chain[d].size for d, _ in inner) > PANEL_MAX_ENUMERATED:
+    sizes = [chain[d].size for d, _ in inner]
+    if prod(sizes) > PANEL_MAX_ENUMERATED:
         return None
-    reach = form.coef(lane) * (chain[lane].size - 1)
-    lines: set[int] = set()
-    for values in product(*(range(chain[d].size) for d, _ in inner)):
-        start = form.const + sum(c * v for (_, c), v in zip(inner, values, strict=True))
-        lines.update(range(start // per_line * per_line, (start + reach) // per_line * per_line + 1, per_line))
-    return lines
+    return _lines(form.const, inner, sizes, form.coef(lane) * (chain[lane].size - 1), per_line)
 
 
 def _panel(program: Program, name: str, outer: Affine, lines: set[int], op_path: tuple[int, ...],

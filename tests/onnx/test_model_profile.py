@@ -103,14 +103,21 @@ def test_a_warm_run_calls_each_kernel_twice_and_gives_the_same_outputs(mlp: tupl
         np.testing.assert_array_equal(warm[name], value)
 
 
-@pytest.fixture(scope="module")
-def warm_report(mlp: tuple[Path, Path]) -> ModelProfile:
+def test_a_warm_profile_times_every_kernel_warm_too(mlp: tuple[Path, Path], report: ModelProfile,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     path, library = mlp
     runner = ModelRunner(path, library)
-    return profile_model(runner, random_feeds(runner.inputs, 0), repeats=3, machine=MACHINE, warm=True)
+    calls: list[str] = []
+    real_call = Library.call
 
+    def counted(self: Library, kernel: Any, pointers: Any) -> None:
+        calls.append(kernel.name)
+        real_call(self, kernel, pointers)
 
-def test_a_warm_profile_times_every_kernel_warm_too(warm_report: ModelProfile, report: ModelProfile) -> None:
+    monkeypatch.setattr(Library, "call", counted)
+    warm_report = profile_model(runner, random_feeds(runner.inputs, 0), repeats=3, machine=MACHINE, warm=True)
+    # the warm-up run, then each repeat's run and its warm run, which calls every kernel twice
+    assert calls.count("relu") == 1 + 3 * (1 + 2)
     assert all(k.warm_s is not None and k.warm_s > 0 for k in warm_report.kernels)
     assert all(k.warm_s is None for k in report.kernels)
     assert ModelProfile.from_json(json.loads(json.dumps(warm_report.to_json()))) == warm_report
