@@ -83,19 +83,25 @@ def test_a_timed_run_gives_the_same_outputs_as_a_plain_one(mlp: tuple[Path, Path
         np.testing.assert_allclose(value, want[name], rtol=1e-4, atol=1e-5)
 
 
-def test_a_warm_run_calls_each_kernel_twice_and_gives_the_same_outputs(mlp: tuple[Path, Path],
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    path, library = mlp
-    runner = ModelRunner(path, library)
-    feeds = random_feeds(runner.inputs, 1)
-    calls: list[str] = []
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the library kernels called from now on, in order."""
+    called: list[str] = []
     real_call = Library.call
 
     def counted(self: Library, kernel: Any, pointers: Any) -> None:
-        calls.append(kernel.name)
+        called.append(kernel.name)
         real_call(self, kernel, pointers)
 
     monkeypatch.setattr(Library, "call", counted)
+    return called
+
+
+def test_a_warm_run_calls_each_kernel_twice_and_gives_the_same_outputs(mlp: tuple[Path, Path],
+                                                                       calls: list[str]) -> None:
+    path, library = mlp
+    runner = ModelRunner(path, library)
+    feeds = random_feeds(runner.inputs, 1)
     warm, seconds = runner.run_timed(feeds, warm=True)
     assert len(seconds) == len(runner.steps) + 2
     assert calls == [name for step in runner.steps if step.kernel for name in (step.kernel, step.kernel)]
@@ -104,17 +110,9 @@ def test_a_warm_run_calls_each_kernel_twice_and_gives_the_same_outputs(mlp: tupl
 
 
 def test_a_warm_profile_times_every_kernel_warm_too(mlp: tuple[Path, Path], report: ModelProfile,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+                                                   calls: list[str]) -> None:
     path, library = mlp
     runner = ModelRunner(path, library)
-    calls: list[str] = []
-    real_call = Library.call
-
-    def counted(self: Library, kernel: Any, pointers: Any) -> None:
-        calls.append(kernel.name)
-        real_call(self, kernel, pointers)
-
-    monkeypatch.setattr(Library, "call", counted)
     warm_report = profile_model(runner, random_feeds(runner.inputs, 0), repeats=3, machine=MACHINE, warm=True)
     # the warm-up run, then each repeat's run and its warm run, which calls every kernel twice
     assert calls.count("relu") == 1 + 3 * (1 + 2)
