@@ -304,6 +304,33 @@ def tune_kernel(spec: KernelSpec, plan: TuningPlan, runner: Runner | None = None
         raise KeyboardInterrupt from None
 
 
+def _sources(name: str, kernels: Sequence[KernelSpec], records: Mapping[str, Tuned],
+             target: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """The library's C units by their paths under its directory, as this version of the generator
+    writes them, and the manifest's entries."""
+    chosen, prefix = get_target(target), name.upper()
+    units, entries = {}, []
+    for spec in kernels:
+        record = records[spec.name]
+        program, _ = replay_moves(spec.program, record.moves)
+        symbol = f"{name}_{spec.name}"
+        units[f"src/{spec.name}.c"] = csource.unit(program, symbol, prefix, chosen)
+        description = spec.program.comments[0].lstrip("#").strip() if spec.program.comments else spec.origin
+        entries.append(entry(record, program, symbol, description, f"kernels/{spec.name}.dojo"))
+    units["src/_workspace.c"] = csource.workspace_unit(prefix)  # a kernel's name never starts with `_`
+    return units, entries
+
+
+def stale_sources(out: Path, name: str, kernels: Sequence[KernelSpec], records: Mapping[str, Tuned],
+                  target: str = "native") -> list[str]:
+    """The C units of the library `name` in `out` that differ from what this version of the generator
+    writes for the same programs (missing ones included): a library written by an earlier version
+    when there are any."""
+    units, _ = _sources(name, kernels, records, target)
+    return [path for path, text in units.items()
+            if not (out / path).is_file() or (out / path).read_text(encoding="utf-8") != text]
+
+
 def write_library(out: Path, name: str, kernels: Sequence[KernelSpec], records: Mapping[str, Tuned],
                   target: str = "native") -> dict[str, Any]:
     """The library `name` in `out` of `kernels`, each as its record's moves make it: the C units,
@@ -312,20 +339,12 @@ def write_library(out: Path, name: str, kernels: Sequence[KernelSpec], records: 
     for directory in (out / "kernels", out / "src"):
         directory.mkdir(parents=True, exist_ok=True)
     prefix = name.upper()
-    entries, sources = [], []
-    for spec in kernels:
-        record = records[spec.name]
-        program, _ = replay_moves(spec.program, record.moves)
-        symbol = f"{name}_{spec.name}"
-        source = out / "src" / f"{spec.name}.c"
-        write_atomically(source, csource.unit(program, symbol, prefix, chosen).encode())
-        sources.append(source)
-        description = spec.program.comments[0].lstrip("#").strip() if spec.program.comments else spec.origin
-        entries.append(entry(record, program, symbol, description, f"kernels/{spec.name}.dojo"))
-    workspace = out / "src" / "_workspace.c"  # a kernel's name never starts with `_`
-    write_atomically(workspace, csource.workspace_unit(prefix).encode())
+    units, entries = _sources(name, kernels, records, target)
+    for path, text in units.items():
+        write_atomically(out / path, text.encode())
+    sources = [out / path for path in units]
     shared = f"lib{name}.so"
-    csource.compile_library([*sources, workspace], chosen, out / shared)
+    csource.compile_library(sources, chosen, out / shared)
     write_atomically(out / f"{name}.h", csource.header(name, prefix, entries).encode())
     write_atomically(out / f"{name}.py", module_text().encode())
     manifest = {"format": FORMAT, "library": name, "target": target, "shared_library": shared,

@@ -32,8 +32,9 @@
 DIR/tune.json holds the state after each round: an interrupted tune, run again with `resume`,
 goes on from the last round it finished (the interrupted round's evaluations are in its kernel's
 log and cost nothing the second time), with the same model and options; a larger budget goes on
-further. On a `Cluster`, the `cluster.slots` kernels of largest expected gain each get a round at
-once.
+further. A tune that finished is not run again, but its libraries are written again (and the
+model profiled on them) when the C this version generates for their programs differs. On a
+`Cluster`, the `cluster.slots` kernels of largest expected gain each get a round at once.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from ..build import (
     build_library,
     interruptible_result,
     search_log,
+    stale_sources,
     tune_kernel,
     write_library,
 )
@@ -253,11 +255,7 @@ class _Tune:
                       cluster=cluster, on_event=forward, should_stop=should_stop)
         self.best = {spec.name: _record(self.out, spec) for spec in self.specs}
         self.heuristic = dict(self.best)
-        manifest = read_json(self.out / "manifest.json")
-        kept = self.out / HEURISTIC
-        kept.mkdir(exist_ok=True)
-        for name in (manifest["shared_library"], "manifest.json"):
-            shutil.copy2(self.out / name, kept / name)
+        self.keep_heuristic()
         [self.initial] = self.profile()
         self.latest = self.initial
         for spec in self.specs:
@@ -268,6 +266,19 @@ class _Tune:
             self.entrants[spec.name] = tuple(Entrant(method, self.inherit(spec, method))
                                              for method in self.options.contenders)
         self.save()
+
+    def keep_heuristic(self) -> None:
+        """DIR/heuristic: the library DIR holds now, the heuristic pass's, kept to profile the tuned one against."""
+        manifest = read_json(self.out / "manifest.json")
+        kept = self.out / HEURISTIC
+        kept.mkdir(exist_ok=True)
+        for name in (manifest["shared_library"], "manifest.json"):
+            shutil.copy2(self.out / name, kept / name)
+
+    def rewrite_heuristic(self) -> None:
+        """DIR/heuristic written again from the heuristic pass's programs, by this version's generator."""
+        write_library(self.out, self.options.name, self.specs, self.heuristic, self.options.target)
+        self.keep_heuristic()
 
     def start_of(self, spec: KernelSpec, method: str) -> KernelSpec:
         """The kernel as `method`'s rounds search it: the agent continues the heuristic pass's
@@ -383,7 +394,9 @@ def tune_model(model: Path, out: Path, *, budget: int | None = None, time_limit_
 
 def _finished(tune: _Tune, state: dict[str, Any]) -> TuneResult | None:
     """The result of the tune that `state` holds when it finished with the same model, options,
-    budget and time limit: run again, the command has nothing to do."""
+    budget and time limit: run again, the command has nothing to do, unless an earlier version of
+    PerfDojo wrote its libraries' C; then they are written again from the same programs and
+    profiled as at the end of a tune."""
     summary = state.get("summary")
     if state.get("identity") != tune.identity or not isinstance(summary, dict) or \
             summary.get("budget") != tune.budget or summary.get("time_limit_s") != tune.time_limit_s:
@@ -395,6 +408,13 @@ def _finished(tune: _Tune, state: dict[str, Any]) -> TuneResult | None:
         reverted = tuple(summary["reverted"])
     except (KeyError, TypeError, ValueError, OSError):
         return None
+    stale = stale_sources(tune.out, tune.options.name, tune.specs, tune.best, tune.options.target)
+    if stale:
+        # the programs stand, but the C of an earlier version's generator would keep its faults and miss its gains
+        tune.tell("stage", f"{tune.model.name}: tuned in {tune.out} by an earlier version of PerfDojo ({len(stale)} "
+                           "C units differ from what it writes now): writing both libraries again")
+        tune.rewrite_heuristic()
+        return _finish(tune)
     tune.tell("stage", f"{tune.model.name}: already tuned in {tune.out} with this budget and these options "
                        "(--resume with a larger budget goes on)")
     return TuneResult(tune.out, before, after, tuple(tune.tasks), tune.spent, tune.budget, tune.elapsed_s, text,

@@ -224,6 +224,37 @@ def test_a_finished_tune_run_again_does_nothing_and_another_is_refused_without_r
         tune_model(model, out, budget=2, options=TuneOptions(round_size=2, seed=3), runner=FakeRunner(), resume=True)
 
 
+def test_a_finished_tune_written_by_an_earlier_generator_gets_its_libraries_written_again(
+        model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The programs the tune chose stand; only their C, and the profiles measured on it, are redone."""
+    profiles: list[list[Path]] = []
+
+    def counted(model: Path, libraries: list[Path], *rest, **named) -> list[ModelProfile]:
+        profiles.append(libraries)
+        return fake_profile(model, libraries, *rest, **named)
+
+    monkeypatch.setattr(model_tune, "profile_in_subprocess", counted)
+    out = tmp_path / "lib"
+    first = tune_model(model, out, budget=2, options=OPTIONS, runner=FakeRunner())
+    unit = out / "src" / "matmul.c"
+    current = unit.read_text()
+    unit.write_text(current.replace("#include", "/* an earlier generator */\n#include", 1))
+    shared = out / "libdojo.so"
+    (out / "heuristic" / "libdojo.so").write_bytes(b"an earlier build")
+    built, profiled_before = shared.stat().st_mtime_ns, len(profiles)
+
+    idle = FakeRunner()
+    again = tune_model(model, out, budget=2, options=OPTIONS, runner=idle)
+    assert idle.calls == [] and again.spent == first.spent and again.programs == first.programs
+    assert unit.read_text() == current and shared.stat().st_mtime_ns != built
+    assert (out / "heuristic" / "libdojo.so").read_bytes() != b"an earlier build"
+    assert profiles[profiled_before:] == [[out, out / "heuristic"]]  # both profiled again, in turn
+
+    untouched = shared.stat().st_mtime_ns
+    tune_model(model, out, budget=2, options=OPTIONS, runner=idle)
+    assert shared.stat().st_mtime_ns == untouched and len(profiles) == profiled_before + 1
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["--budget", "-1"], "the budget must be at least 0 evaluations, not -1"),
     (["--round", "0"], "a round must give at least 1 evaluation, not 0"),
