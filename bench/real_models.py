@@ -244,9 +244,10 @@ def report(rows: list[dict], args: argparse.Namespace, peak: float, tuning: bool
         cells = " | ".join(f"{median[r] * 1e3:.2f} ms | {spread([p['paired'][r] for p in row['runs']])}" for r in runs)
         lines.append(f"| {row['name']} | {row['flops'] / 1e9:.2f} | {median['onnxruntime'] * 1e3:.2f} ms | {cells} | "
                      f"{row['flops'] / median['onnxruntime'] / 1e9:.0f}, {row['flops'] / best / 1e9:.0f} |")
-    better = {row["name"]: max(statistics.median(p["paired"][r] for p in row["runs"]) for r in runs) for row in rows}
+    ratio = {row["name"]: {r: statistics.median(p["paired"][r] for p in row["runs"]) for r in runs} for row in rows}
+    better = {name: max(by_run.values()) for name, by_run in ratio.items()}
     lowest = min(better, key=better.get)
-    alone = {r: geometric_mean([statistics.median(p["paired"][r] for p in row["runs"]) for row in rows]) for r in runs}
+    alone = {r: geometric_mean([by_run[r] for by_run in ratio.values()]) for r in runs}
     lines += ["", f"Over the {len(rows)} models, the better of {' and '.join(runs)} (ORT / ours): "
               f"{geometric_mean(list(better.values())):.2f} in geometric mean, {better[lowest]:.2f} at the lowest "
               f"({lowest}); each library alone: {', '.join(f'{r} {v:.2f}' for r, v in alone.items())}."]
