@@ -258,7 +258,7 @@ def format_profile(report: ModelProfile, reference: Reference | None = None) -> 
     when it was profiled `warm`, each kernel's warm time and its time over it; with a `reference`,
     ONNX Runtime's own time for each row's nodes and it over ours."""
     warm = any(k.warm_s is not None for k in report.kernels)
-    no_warm = ("", "") if warm else ()
+    blank_warm = ("", "") if warm else ()
     extra = (("warm", "time / warm") if warm else ()) \
         + (("ONNX Runtime", "ORT / ours") if reference is not None else ())
     rows = [("kernel", "nodes", "calls", "time", "share", "GFLOP/s", "roofline", *extra)]
@@ -269,7 +269,7 @@ def format_profile(report: ModelProfile, reference: Reference | None = None) -> 
                      *(_against(k.time_s, reference.kernels.get(k.kernel, 0.0)) if reference else ())))
     for i, part in enumerate(report.onnxruntime):
         rows.append(("(ONNX Runtime)", _nodes_text(part.nodes), "1", format_time(part.time_s), f"{part.share:.1%}",
-                     "", "", *no_warm, *(_against(part.time_s, reference.parts[i]) if reference else ())))
+                     "", "", *blank_warm, *(_against(part.time_s, reference.parts[i]) if reference else ())))
     rows.append(("(copies in/out)", "", "", format_time(report.copies.time_s), f"{report.copies.share:.1%}", "", "",
                  *("",) * len(extra)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
