@@ -27,6 +27,7 @@ import math
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,10 +36,11 @@ from dojo_ir import DojoError, Program
 from dojo_ir.analysis import Analysis
 from dojo_ir.moves import apply
 
+from ..compound import register_tiles
 from ..evaluate import BudgetExhausted, Evaluator
 from ..legal import legal_moves
 from ..lru import LeastRecentlyUsed
-from ..perfllm.game import Cost, Costs, kind
+from ..perfllm.game import Cost, Costs
 from ..perfllm.play import PlayResult, Step
 from .data import Group
 from .features import NAMES, Host, features
@@ -77,6 +79,7 @@ class Ranked:
     parents: int = 3
 
 
+TILE = "register_tile"  # the kind of a step that makes a register tile (`agent.compound`)
 NOISE = 0.05  # relative differences of times measured once that may be the timer's: a tie for `continue_ranked`
 # A continuation plays every step, so a batch that misses the move that pays costs the rest of the
 # game; a search can come back for it. On `make demo`'s softmax (ten moves, three seeds and the demo's
@@ -90,6 +93,17 @@ NOISE = 0.05  # relative differences of times measured once that may be the time
 CONTINUING = Ranked(measure=3, explore=2, lookahead=2)
 _ROOFLINE = NAMES.index("program.bound_s")
 _Reached = tuple[tuple[str, ...], Program]  # a program and its moves from the search's start
+
+
+class _Step(NamedTuple):
+    """What one step of the search adds to a program: a single move, or a register tile's moves
+    (`agent.compound`); `text` says it in a game's steps, `kind` is what `Game.batch` explores by."""
+
+    moves: tuple[str, ...]
+    text: str
+    kind: str
+    program: Program
+    identity: _Identity
 REMEMBERED = 1 << 14  # programs whose successors, and whose features (5 KB each), a game keeps at most
 
 
@@ -116,6 +130,8 @@ class _Candidate:
     program: Program
     score: float  # the model's, of this program
     value: float  # the model's best score within the lookahead from it
+    step: str  # the last step, as a game reports it
+    kind: str  # the last step's kind
 
 
 class _Game:
@@ -132,7 +148,7 @@ class _Game:
         # A batch's parents and lookahead are mostly the last batch's, so what a program's moves make
         # and what the model reads of it are kept for the game (on ShuffleNet's depthwise convolution,
         # printing programs to tell them apart and reading their features took 0.85 of a search's time).
-        self._children = LeastRecentlyUsed(REMEMBERED)  # program -> ((move, program after, its identity), ...)
+        self._children = LeastRecentlyUsed(REMEMBERED)  # program -> (_Step, ...)
         self._features = LeastRecentlyUsed(REMEMBERED)  # moves from the start -> the model's features
         self.measured: list[tuple[tuple[str, ...], Program, float]] = []  # the programs that ran
         self.rows: list[np.ndarray] = []  # their features, when the search refits
@@ -153,28 +169,32 @@ class _Game:
             self._features.put(moves, found)
         return found
 
-    def children(self, moves: tuple[str, ...], program: Program, seen: set[_Identity]) -> list[_Reached]:
-        """The programs one legal move from `program` that are not in `seen` (which gains them)."""
+    def children(self, moves: tuple[str, ...], program: Program, seen: set[_Identity]) -> list[tuple[_Reached, _Step]]:
+        """The programs one step from `program` that are not in `seen` (which gains them), each with
+        its moves from the search's start and the step that made it."""
         key = _Identity(program)
         every = self._children.get_fresh(key)
         if every is None:
             every = tuple(self._successors(program))
             self._children.put(key, every)
         found = []
-        for move, after, identity in every:
-            if identity not in seen:
-                seen.add(identity)
-                found.append(((*moves, move), after))
+        for step in every:
+            if step.identity not in seen:
+                seen.add(step.identity)
+                found.append((((*moves, *step.moves), step.program), step))
         return found
 
-    def _successors(self, program: Program) -> Iterator[tuple[str, Program, _Identity]]:
+    def _successors(self, program: Program) -> Iterator[_Step]:
+        """Every legal move from `program`, then every register tile of it for the target."""
         analysis = Analysis(program)
         for move in legal_moves(program, self.facts):
             try:
                 after = apply(program, move, analysis)
             except DojoError:
                 continue
-            yield str(move), after, _Identity(after)
+            yield _Step((str(move),), str(move), move.name, after, _Identity(after))
+        for tile, moves, after in register_tiles(program, self.facts, analysis):
+            yield _Step(moves, str(tile), TILE, after, _Identity(after))
 
     def scores(self, programs: Sequence[_Reached]) -> np.ndarray:
         if not programs:
@@ -184,13 +204,14 @@ class _Game:
     def candidates(self, parents: Sequence[_Reached]) -> list[_Candidate]:
         """The unmet programs one move from `parents`, each valued by the best score within the lookahead."""
         seen = set(self.met)
-        found = [child for moves, program in parents for child in self.children(moves, program, seen)]
+        children = [child for moves, program in parents for child in self.children(moves, program, seen)]
+        found = [reached for reached, _ in children]
         scores = self.scores(found)
         value = scores.copy()
         # the best-scored candidates look further; a program met on the way counts for the first that met it
         frontier = {i: [found[i]] for i in np.argsort(scores)[:self.ranked.breadth]}
         for _ in range(self.ranked.lookahead - 1):
-            reached = {i: [c for m, p in programs for c in self.children(m, p, seen)]
+            reached = {i: [c for m, p in programs for c, _ in self.children(m, p, seen)]
                        for i, programs in frontier.items()}
             flat = [(i, c) for i, cs in reached.items() for c in cs]
             deeper = self.scores([c for _, c in flat])
@@ -200,7 +221,8 @@ class _Game:
             frontier = {}
             for k in best:
                 frontier.setdefault(flat[k][0], []).append(flat[k][1])
-        return [_Candidate(m, p, float(s), float(v)) for (m, p), s, v in zip(found, scores, value, strict=True)]
+        return [_Candidate(m, p, float(s), float(v), step.text, step.kind)
+                for ((m, p), step), s, v in zip(children, scores, value, strict=True)]
 
     def batch(self, candidates: list[_Candidate]) -> list[_Candidate]:
         """The candidates to measure: the best by value, the `by_roofline` best by the roofline bound,
@@ -216,13 +238,13 @@ class _Game:
             for k in sorted(np.argsort(bounds, kind="stable")[:self.ranked.by_roofline], reverse=True):
                 chosen.append(rest.pop(k))
         for _ in range(self.ranked.explore):
-            taken = self.kinds_measured | {kind(c.moves[-1]) for c in chosen}
-            unmeasured = [c for c in rest if kind(c.moves[-1]) not in taken]
+            taken = self.kinds_measured | {c.kind for c in chosen}
+            unmeasured = [c for c in rest if c.kind not in taken]
             if unmeasured:
                 pick = unmeasured[0]
             elif rest:
-                drawn = self.rng.choice(sorted({kind(c.moves[-1]) for c in rest}))
-                pick = self.rng.choice([c for c in rest if kind(c.moves[-1]) == drawn])
+                drawn = self.rng.choice(sorted({c.kind for c in rest}))
+                pick = self.rng.choice([c for c in rest if c.kind == drawn])
             else:
                 break
             chosen.append(pick)
@@ -233,7 +255,7 @@ class _Game:
         """The candidate's time (+inf when it failed); BudgetExhausted when the budget is spent."""
         cost = self.costs(list(candidate.moves), candidate.program)
         self.met.add(_Identity(candidate.program))
-        self.kinds_measured.add(kind(candidate.moves[-1]))
+        self.kinds_measured.add(candidate.kind)
         if not math.isinf(cost):
             self._ran(candidate.moves, candidate.program, cost)
         self.best = min(self.best, (cost, candidate.program, candidate.moves), key=lambda b: b[0])
@@ -286,7 +308,7 @@ def continue_ranked(program: Program, model: CostModel, host: Host, steps: int, 
         fastest = min(t for _, t in ran)
         chosen, cost = min(((c, t) for c, t in ran if t <= fastest * (1 + NOISE)), key=lambda ct: ct[0].value)
         current = (chosen.moves, chosen.program)
-        played.append(Step(len(played) + 1, chosen.moves[-1], cost, game.start_cost / cost, game.best[0]))
+        played.append(Step(len(played) + 1, chosen.step, cost, game.start_cost / cost, game.best[0]))
         if on_step is not None:
             on_step(played[-1])
         if ended == "budget":
@@ -319,7 +341,7 @@ def search_ranked(program: Program, model: CostModel, host: Host, evaluate: Eval
                 if (steps is not None and len(taken) >= steps) or (should_stop is not None and should_stop()):
                     break
                 cost = game.measure(candidate)
-                taken.append(Step(len(taken) + 1, candidate.moves[-1], None if math.isinf(cost) else cost,
+                taken.append(Step(len(taken) + 1, candidate.step, None if math.isinf(cost) else cost,
                                   game.start_cost / cost, game.best[0]))
                 if on_step is not None:
                     on_step(taken[-1])
