@@ -51,7 +51,7 @@ y f32 [2, 4, 16] heap
 """)
 
 
-def test_a_tile_of_two_rows_by_two_vectors_of_a_matmul() -> None:
+def test_a_tile_of_two_rows_by_two_vectors_of_a_matmul_and_its_blocks_in_either_order() -> None:
     """The tile the step makes: the columns split into vectors of the target's lanes, the rows by R,
     the reduction outside the tile, the lanes vectorised, the rows and vectors unrolled, and the
     tile kept in an accumulator."""
@@ -71,16 +71,25 @@ y_acc f32 [3:1, 2:1, 2, 2, 8] stack
 | | 16 2:u 2:u 8:v y_acc[{0},{1},{3},{4},{5}] += a[{0}*2+{3},{2}] * b[{2},{1}*16+{4}*8+{5}]
 | | 2:u 2:u 8:v y[{0}*2+{2},{1}*16+{3}*8+{4}] = y_acc[{0},{1},{2},{3},{4}]
 """
+    _, swapped = found[Tile("y#2", columns=1, vectors=2, lanes=8, rows=0, row_factor=2, columns_outside=True)]
+    assert to_text(swapped).endswith("""
+2 3 2:u 2:u 8:v y_acc[{0},{1},{2},{3},{4}] = y[{1}*2+{2},{0}*16+{3}*8+{4}]
+| | 16 2:u 2:u 8:v y_acc[{0},{1},{3},{4},{5}] += a[{1}*2+{3},{2}] * b[{2},{0}*16+{4}*8+{5}]
+| | 2:u 2:u 8:v y[{1}*2+{2},{0}*16+{3}*8+{4}] = y_acc[{0},{1},{2},{3},{4}]
+""")
 
 
 @pytest.mark.parametrize("target", [AVX2, AVX512], ids=["avx2", "avx512"])
 def test_every_shape_that_fits_the_registers_is_offered_and_no_other(target) -> None:
     lanes = target.vector_bytes // 4
-    offered = {(t.rows, t.row_factor, t.vectors) for t, _, _ in register_tiles(MATMUL, target)}
-    fits = {(rows, r, w) for w in range(1, 32 // lanes + 1) if (32 // lanes) % w == 0
-            for rows, r in [(None, 1), *((0, r) for r in (2, 3, 6))] if live_registers(r, w) <= target.vector_registers}
+    vectors = 32 // lanes
+    offered = {(t.rows, t.row_factor, t.vectors, t.columns_outside) for t, _, _ in register_tiles(MATMUL, target)}
+    fits = {(rows, r, w, outside) for w in range(1, vectors + 1) if vectors % w == 0
+            for rows, r in [(None, 1), *((0, r) for r in (2, 3, 6))] if live_registers(r, w) <= target.vector_registers
+            # both orders of the blocks where the rows and the columns both leave some
+            for outside in ((False, True) if r < 6 and w < vectors and rows is not None else (False,))}
     assert offered == fits
-    assert all(live_registers(r, w) <= target.vector_registers for _, r, w in offered)
+    assert all(live_registers(r, w) <= target.vector_registers for _, r, w, _ in offered)
 
 
 @pytest.mark.parametrize("spec", [MATMUL, CONV, BATCHED], ids=["matmul", "conv", "batched"])
