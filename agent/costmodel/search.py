@@ -148,7 +148,8 @@ class _Game:
         # A batch's parents and lookahead are mostly the last batch's, so what a program's moves make
         # and what the model reads of it are kept for the game (on ShuffleNet's depthwise convolution,
         # printing programs to tell them apart and reading their features took 0.85 of a search's time).
-        self._children = LeastRecentlyUsed(REMEMBERED)  # program -> (_Step, ...)
+        self._children = LeastRecentlyUsed(REMEMBERED)  # program -> (_Step, ...), its single moves
+        self._tiles = LeastRecentlyUsed(REMEMBERED)  # program -> (_Step, ...), its register tiles
         self._features = LeastRecentlyUsed(REMEMBERED)  # moves from the start -> the model's features
         self.measured: list[tuple[tuple[str, ...], Program, float]] = []  # the programs that ran
         self.rows: list[np.ndarray] = []  # their features, when the search refits
@@ -169,14 +170,23 @@ class _Game:
             self._features.put(moves, found)
         return found
 
-    def children(self, moves: tuple[str, ...], program: Program, seen: set[_Identity]) -> list[tuple[_Reached, _Step]]:
+    def children(self, moves: tuple[str, ...], program: Program, seen: set[_Identity], tiles: bool = False
+                 ) -> list[tuple[_Reached, _Step]]:
         """The programs one step from `program` that are not in `seen` (which gains them), each with
-        its moves from the search's start and the step that made it."""
+        its moves from the search's start and the step that made it: a single move, or with `tiles`
+        also a register tile."""
         key = _Identity(program)
         every = self._children.get_fresh(key)
         if every is None:
             every = tuple(self._successors(program))
             self._children.put(key, every)
+        if tiles:
+            tiled = self._tiles.get_fresh(key)
+            if tiled is None:
+                tiled = tuple(_Step(m, str(tile), TILE, after, _Identity(after))
+                              for tile, m, after in register_tiles(program, self.facts))
+                self._tiles.put(key, tiled)
+            every += tiled
         found = []
         for step in every:
             if step.identity not in seen:
@@ -185,7 +195,6 @@ class _Game:
         return found
 
     def _successors(self, program: Program) -> Iterator[_Step]:
-        """Every legal move from `program`, then every register tile of it for the target."""
         analysis = Analysis(program)
         for move in legal_moves(program, self.facts):
             try:
@@ -193,8 +202,6 @@ class _Game:
             except DojoError:
                 continue
             yield _Step((str(move),), str(move), move.name, after, _Identity(after))
-        for tile, moves, after in register_tiles(program, self.facts, analysis):
-            yield _Step(moves, str(tile), TILE, after, _Identity(after))
 
     def scores(self, programs: Sequence[_Reached]) -> np.ndarray:
         if not programs:
@@ -204,7 +211,7 @@ class _Game:
     def candidates(self, parents: Sequence[_Reached]) -> list[_Candidate]:
         """The unmet programs one move from `parents`, each valued by the best score within the lookahead."""
         seen = set(self.met)
-        children = [child for moves, program in parents for child in self.children(moves, program, seen)]
+        children = [child for moves, program in parents for child in self.children(moves, program, seen, tiles=True)]
         found = [reached for reached, _ in children]
         scores = self.scores(found)
         value = scores.copy()
