@@ -33,6 +33,7 @@ from dojo_ir.affine import NotAffine, affine
 from dojo_ir.analysis import Analysis, Site
 from dojo_ir.moves.accumulate import is_accumulator, used_depths
 from dojo_ir.moves.unroll_scope import MAX_SIZE
+from dojo_ir.tree import Access
 
 from .passes.state import State, op_bytes, reorder
 
@@ -87,10 +88,10 @@ def tiles(site: Site, program: Program, target: Target) -> Iterator[Tile]:
                             yield Tile(site.label, columns, w, lanes, rows, r, columns_outside=True)
 
 
-def _contiguous(target, used: frozenset[int]) -> list[int]:
-    """The depths that step the target's last index by one: where its lanes can be."""
+def _contiguous(output: Access, used: frozenset[int]) -> list[int]:
+    """The depths that step the output's last index by one: where its lanes can be."""
     try:
-        last = affine(target.index[-1])
+        last = affine(output.index[-1])
     except NotAffine:
         return []
     return [d for d in sorted(used) if last.coef(d) == 1]
@@ -107,18 +108,16 @@ def build(program: Program, tile: Tile) -> tuple[tuple[str, ...], Program] | Non
     label = tile.label
     chain = state.analysis.by_label[label].chain
     used = used_depths(state.analysis.by_label[label].op.target)
-    roles = [f"s{d}" if d in used else f"r{d}" for d in range(len(chain))]
+    roles = [f"s{d}" if d in used else f"r{d}" for d in range(len(chain))]  # the scopes, outermost first
 
     def split(role: str, factor: int, outer: str, inner: str) -> bool:
+        """Split the scope `role` by `factor` into `outer` and `inner`; only rename it when it has that size."""
         depth = roles.index(role)
-        if factor == chain_now()[depth].size:
+        if factor == state.analysis.by_label[label].chain[depth].size:
             roles[depth] = inner
             return True
         roles[depth: depth + 1] = [outer, inner]
         return state.play(f"split_scope(op={label}, depth={depth}, factor={factor})")
-
-    def chain_now():
-        return state.analysis.by_label[label].chain
 
     roles[tile.columns] = "J"
     if tile.rows is not None:

@@ -5,9 +5,10 @@ each batch the model is refit on what was measured.
     result = continue_ranked(program, model, host, 10, evaluator)   # play 10 moves from `program`
     result = search_ranked(program, model, host, evaluator)         # until the evaluator's budget is spent
 
-A candidate is a program one legal move from one already measured. Its value is the model's score of
-the best program within `lookahead` moves of it (itself included): a move that pays only with the
-next one (an accumulator before the vector scope that it makes legal) is worth what the pair is
+A candidate is a program one step from one already measured: a legal move, or a register tile made
+of single moves (`agent.compound`) that alone are slower than the program before them. Its value is
+the model's score of the best program within `lookahead` moves of it (itself included): a move that
+pays only with the next one (an accumulator before the vector scope that it makes legal) is worth what the pair is
 worth. The scores are the model's alone; the search adds no rule about which move pays.
 
 Measured, a batch teaches the model this kernel: once `Ranked.refit_after` programs are measured, they
@@ -93,17 +94,6 @@ NOISE = 0.05  # relative differences of times measured once that may be the time
 CONTINUING = Ranked(measure=3, explore=2, lookahead=2)
 _ROOFLINE = NAMES.index("program.bound_s")
 _Reached = tuple[tuple[str, ...], Program]  # a program and its moves from the search's start
-
-
-class _Step(NamedTuple):
-    """What one step of the search adds to a program: a single move, or a register tile's moves
-    (`agent.compound`); `text` says it in a game's steps, `kind` is what `Game.batch` explores by."""
-
-    moves: tuple[str, ...]
-    text: str
-    kind: str
-    program: Program
-    identity: _Identity
 REMEMBERED = 1 << 14  # programs whose successors, and whose features (5 KB each), a game keeps at most
 
 
@@ -122,6 +112,17 @@ class _Identity:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Identity) and self._hash == other._hash and self.program == other.program
+
+
+class _Step(NamedTuple):
+    """What one step of the search adds to a program: a single move, or a register tile's moves
+    (`agent.compound`); `text` says it in a game's steps, `kind` is what `Game.batch` explores by."""
+
+    moves: tuple[str, ...]
+    text: str
+    kind: str
+    program: Program
+    identity: _Identity
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,8 @@ class _Game:
         return self.model.score_features(np.stack([self.features(m, p) for m, p in programs]))
 
     def candidates(self, parents: Sequence[_Reached]) -> list[_Candidate]:
-        """The unmet programs one move from `parents`, each valued by the best score within the lookahead."""
+        """The unmet programs one step from `parents`, each valued by the best score within the lookahead
+        (through single moves: through the tiles too, it scores five times as many programs)."""
         seen = set(self.met)
         children = [child for moves, program in parents for child in self.children(moves, program, seen, tiles=True)]
         found = [reached for reached, _ in children]
