@@ -86,6 +86,7 @@ bench: install $(BENCH_STAMP)
 	    --runs sa:edges random:edges --budget 1000 --out bench/results/convergence_edges_runs \
 	    --report bench/results/convergence_edges.md
 	$(BIN)/python bench/agent_heldout.py
+	$(BIN)/python bench/register_tiles.py
 	$(BIN)/python bench/library_ray.py
 	$(BIN)/python bench/transformer_block.py
 

@@ -13,10 +13,11 @@ for every scope the target indexes as rows and every one it indexes contiguously
 the model chooses among them from the loop structure. Where both the rows and the columns leave
 blocks outside the tile, the tile comes with the blocks of rows outside and, again, with the blocks
 of columns outside: which one keeps the other operand in cache depends on the shapes, and on the
-feed-forward matmul of MiniLM (128 x 1536 x 384) the columns outside were 1.6-2.3x as fast with
-every shape tried. The vector's lanes and the registers are the target's facts. Every tile is the
-single moves it is made of, each played only where it is legal (`dojo_ir.moves`), so a tile keeps
-the meaning as they do, and the derivation it adds to replays move by move.
+feed-forward matmul of MiniLM (128 x 1536 x 384) the columns outside were 1.56-2.20 times as fast
+with each of its 11 shapes of 8 accumulators or more (bench/results/register_tiles.md). The
+vector's lanes and the registers are the target's facts. Every tile is the single moves it is made
+of, each played only where it is legal (`dojo_ir.moves`), so a tile keeps the meaning as they do,
+and the derivation it adds to replays move by move.
 
     for tile, moves, program in register_tiles(program, target):   # moves: single moves, in order
         ...
