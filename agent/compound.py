@@ -36,6 +36,7 @@ from dojo_ir.moves.accumulate import is_accumulator, used_depths
 from dojo_ir.moves.unroll_scope import MAX_SIZE
 from dojo_ir.tree import Access
 
+from .passes.register_tile import live_registers
 from .passes.state import State, op_bytes, reorder
 
 
@@ -58,12 +59,6 @@ class Tile:
         return f"register tile of {self.label}: {rows}{self.vectors} vector(s) of {self.lanes} lanes{order}"
 
 
-def live_registers(rows: int, vectors: int) -> int:
-    """The vector registers a tile's step keeps live: its R x W accumulators, the W vectors of the
-    operand that every row reuses (one, with a single row, as each is used once) and a broadcast."""
-    return rows * vectors + (vectors if rows > 1 else 1) + 1
-
-
 def tiles(site: Site, program: Program, target: Target) -> Iterator[Tile]:
     """Every tile of the reduction at `site` that fits `target`'s vector registers, whose sides divide
     their scopes (a tail would copy the whole nest)."""
@@ -79,11 +74,11 @@ def tiles(site: Site, program: Program, target: Target) -> Iterator[Tile]:
         if left or not vectors:
             continue
         for w in _divisors(vectors, MAX_SIZE):
-            if live_registers(1, w) <= target.vector_registers:
+            if live_registers(1, w, 1) <= target.vector_registers:
                 yield Tile(site.label, columns, w, lanes)
             for rows in sorted(used - {columns}):
                 for r in _divisors(chain[rows].size, MAX_SIZE):
-                    if r > 1 and live_registers(r, w) <= target.vector_registers:
+                    if r > 1 and live_registers(r, w, 1) <= target.vector_registers:
                         yield Tile(site.label, columns, w, lanes, rows, r)
                         if r < chain[rows].size and w < vectors:  # blocks of both: in either order
                             yield Tile(site.label, columns, w, lanes, rows, r, columns_outside=True)
@@ -145,15 +140,13 @@ def build(program: Program, tile: Tile) -> tuple[tuple[str, ...], Program] | Non
     return tuple(state.moves), state.program
 
 
-def register_tiles(program: Program, target: Target, analysis: Analysis | None = None
-                   ) -> Iterator[tuple[Tile, tuple[str, ...], Program]]:
+def register_tiles(program: Program, target: Target) -> Iterator[tuple[Tile, tuple[str, ...], Program]]:
     """Every register tile of every reduction in `program` for `target` (`tiles`) that its single
     moves can build: the tile, those moves, and the program after them. None on a target without
     vector scopes."""
     if target.language != "c":
         return
-    a = analysis or Analysis(program)
-    for site in a.sites:
+    for site in Analysis(program).sites:
         for tile in tiles(site, program, target):
             built = build(program, tile)
             if built is not None:

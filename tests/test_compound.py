@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.compound import Tile, live_registers, register_tiles
+from agent.compound import Tile, register_tiles
 from agent.costmodel.model import SHIPPED, CostModel
 from agent.costmodel.search import Ranked, continue_ranked
 from agent.evaluate import replay_moves
+from agent.passes.register_tile import live_registers
 from agent.perfllm.game import kind
 from codegen.targets import get_target
 from dojo_ir import interpret, load, random_inputs, to_text
@@ -85,11 +86,11 @@ def test_every_shape_that_fits_the_registers_is_offered_and_no_other(target) -> 
     vectors = 32 // lanes
     offered = {(t.rows, t.row_factor, t.vectors, t.columns_outside) for t, _, _ in register_tiles(MATMUL, target)}
     fits = {(rows, r, w, outside) for w in range(1, vectors + 1) if vectors % w == 0
-            for rows, r in [(None, 1), *((0, r) for r in (2, 3, 6))] if live_registers(r, w) <= target.vector_registers
+            for rows, r in [(None, 1), *((0, r) for r in (2, 3, 6))] if live_registers(r, w, 1) <= target.vector_registers
             # both orders of the blocks where the rows and the columns both leave some
             for outside in ((False, True) if r < 6 and w < vectors and rows is not None else (False,))}
     assert offered == fits
-    assert all(live_registers(r, w) <= target.vector_registers for _, r, w, _ in offered)
+    assert all(live_registers(r, w, 1) <= target.vector_registers for _, r, w, _ in offered)
 
 
 @pytest.mark.parametrize("spec", [MATMUL, CONV, BATCHED], ids=["matmul", "conv", "batched"])

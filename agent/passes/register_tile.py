@@ -38,7 +38,7 @@ LINE_BYTES = 64  # a cache line on every CPU target
 def tile_shape(rows: int, vectors: int, registers: int, per_vector: int = 1, cores: int = 1,
                in_flight: int = 1) -> tuple[int, int]:
     """The register tile of a blocked reduction: R of `rows` by W of `vectors` accumulators, whose
-    live values fit in `registers` (`_live_registers`: one more and the compiler spills an
+    live values fit in `registers` (`live_registers`: one more and the compiler spills an
     accumulator in the inner loop), that loads least per multiply-add: each step loads W vectors
     of the streamed operand and R broadcasts for R * W updates, and a vector, from the packed
     panel in the private cache, costs STREAMED_LOAD_COST broadcasts, which come from rows in the
@@ -51,7 +51,7 @@ def tile_shape(rows: int, vectors: int, registers: int, per_vector: int = 1, cor
     `fma_in_flight`) has finished, so a tile of fewer accumulators waits on them: its cost grows
     by `in_flight` over its accumulators."""
     shapes = [(r, w) for r in range(1, min(rows, registers) + 1) for w in range(1, min(vectors, registers) + 1)
-              if _live_registers(r, w, per_vector) <= registers]
+              if live_registers(r, w, per_vector) <= registers]
 
     def cost(rw: tuple[int, int]) -> tuple:
         r, w = rw
@@ -138,7 +138,7 @@ def _block(state: State, label: str, target: Target) -> bool:
     reductions = [d for d in range(n) if not uses(op.target, d)]
     per_vector = vector_registers(chain[-1].size, op_bytes(state.program, op), target)
     if not rows or not reductions or any(chain[d].kind for d in reductions) \
-            or _live_registers(1, 1, per_vector) > target.vector_registers:  # not even one vector fits
+            or live_registers(1, 1, per_vector) > target.vector_registers:  # not even one vector fits
         return True  # vectorised, and no tile of accumulators to keep in registers
     row, longest = rows[-1], _leading_part(op, chain, reductions, max(reductions, key=lambda d: chain[d].size))
     outer = [chain[d].size for d in range(n - 1) if roles[d].startswith("s") and d != row and d not in reductions]
@@ -261,7 +261,7 @@ def _pack_operands(state: State, roles: list[str], chain: tuple[Scope, ...], pan
         _pack(state, array, columns_at, chain[columns_at].size, target, shared=True)
 
 
-def _live_registers(rows: int, vectors: int, per_vector: int) -> int:
+def live_registers(rows: int, vectors: int, per_vector: int) -> int:
     """The registers an R x W tile's step keeps live, each vector taking `per_vector`: the R * W
     accumulators, the broadcast, and the W vectors of the streamed operand, which every row
     reuses (with one row, each is used once, so only the piece being multiplied is live)."""
