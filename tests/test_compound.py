@@ -86,7 +86,8 @@ def test_every_shape_that_fits_the_registers_is_offered_and_no_other(target) -> 
     vectors = 32 // lanes
     offered = {(t.rows, t.row_factor, t.vectors, t.columns_outside) for t, _, _ in register_tiles(MATMUL, target)}
     fits = {(rows, r, w, outside) for w in range(1, vectors + 1) if vectors % w == 0
-            for rows, r in [(None, 1), *((0, r) for r in (2, 3, 6))] if live_registers(r, w, 1) <= target.vector_registers
+            for rows, r in [(None, 1), *((0, r) for r in (2, 3, 6))]
+            if live_registers(r, w, 1) <= target.vector_registers
             # both orders of the blocks where the rows and the columns both leave some
             for outside in ((False, True) if r < 6 and w < vectors and rows is not None else (False,))}
     assert offered == fits
