@@ -5,8 +5,9 @@ each batch the model is refit on what was measured.
     result = continue_ranked(program, model, host, 10, evaluator)   # play 10 moves from `program`
     result = search_ranked(program, model, host, evaluator)         # until the evaluator's budget is spent
 
-A candidate is a program one step from one already measured: a legal move, or a register tile made
-of single moves (`agent.compound`) that alone are slower than the program before them. Its value is
+A candidate is a program one step from one already measured: a legal move, or a compound step made
+of single moves that alone are no faster than the program before them (`agent.compound`: a register
+tile, fused nests with their temporaries folded). Its value is
 the model's score of the best program within `lookahead` moves of it (itself included): a move that
 pays only with the next one (an accumulator before the vector scope that it makes legal) is worth what the pair is
 worth. The scores are the model's alone; the search adds no rule about which move pays.
@@ -37,7 +38,7 @@ from dojo_ir import DojoError, Program
 from dojo_ir.analysis import Analysis
 from dojo_ir.moves import apply
 
-from ..compound import register_tiles
+from ..compound import compound_steps
 from ..evaluate import BudgetExhausted, Evaluator
 from ..legal import legal_moves
 from ..lru import LeastRecentlyUsed
@@ -80,7 +81,6 @@ class Ranked:
     parents: int = 3
 
 
-TILE = "register_tile"  # the kind of a step that makes a register tile (`agent.compound`)
 NOISE = 0.05  # relative differences of times measured once that may be the timer's: a tie for `continue_ranked`
 # A continuation plays every step, so a batch that misses the move that pays costs the rest of the
 # game; a search can come back for it. On `make demo`'s softmax (ten moves, three seeds and the demo's
@@ -115,7 +115,7 @@ class _Identity:
 
 
 class _Step(NamedTuple):
-    """What one step of the search adds to a program: a single move, or a register tile's moves
+    """What one step of the search adds to a program: a single move, or a compound step's moves
     (`agent.compound`); `text` says it in a game's steps, `kind` is what `Game.batch` explores by."""
 
     moves: tuple[str, ...]
@@ -150,7 +150,7 @@ class _Game:
         # and what the model reads of it are kept for the game (on ShuffleNet's depthwise convolution,
         # printing programs to tell them apart and reading their features took 0.85 of a search's time).
         self._children = LeastRecentlyUsed(REMEMBERED)  # program -> (_Step, ...), its single moves
-        self._tiles = LeastRecentlyUsed(REMEMBERED)  # program -> (_Step, ...), its register tiles
+        self._compounds = LeastRecentlyUsed(REMEMBERED)  # program -> (_Step, ...), its compound steps
         self._features = LeastRecentlyUsed(REMEMBERED)  # moves from the start -> the model's features
         self.measured: list[tuple[tuple[str, ...], Program, float]] = []  # the programs that ran
         self.rows: list[np.ndarray] = []  # their features, when the search refits
@@ -171,23 +171,23 @@ class _Game:
             self._features.put(moves, found)
         return found
 
-    def children(self, moves: tuple[str, ...], program: Program, seen: set[_Identity], tiles: bool = False
+    def children(self, moves: tuple[str, ...], program: Program, seen: set[_Identity], compound: bool = False
                  ) -> list[tuple[_Reached, _Step]]:
         """The programs one step from `program` that are not in `seen` (which gains them), each with
-        its moves from the search's start and the step that made it: a single move, or with `tiles`
-        also a register tile."""
+        its moves from the search's start and the step that made it: a single move, or with `compound`
+        also a compound step."""
         key = _Identity(program)
         every = self._children.get_fresh(key)
         if every is None:
             every = tuple(self._successors(program))
             self._children.put(key, every)
-        if tiles:
-            tiled = self._tiles.get_fresh(key)
-            if tiled is None:
-                tiled = tuple(_Step(m, str(tile), TILE, after, _Identity(after))
-                              for tile, m, after in register_tiles(program, self.facts))
-                self._tiles.put(key, tiled)
-            every += tiled
+        if compound:
+            steps = self._compounds.get_fresh(key)
+            if steps is None:
+                steps = tuple(_Step(c.moves, c.text, c.kind, c.program, _Identity(c.program))
+                              for c in compound_steps(program, self.facts))
+                self._compounds.put(key, steps)
+            every += steps
         found = []
         for step in every:
             if step.identity not in seen:
@@ -211,9 +211,10 @@ class _Game:
 
     def candidates(self, parents: Sequence[_Reached]) -> list[_Candidate]:
         """The unmet programs one step from `parents`, each valued by the best score within the lookahead
-        (through single moves: through the tiles too, it scores five times as many programs)."""
+        (through single moves: through the compound steps too, it scores five times as many programs)."""
         seen = set(self.met)
-        children = [child for moves, program in parents for child in self.children(moves, program, seen, tiles=True)]
+        children = [child for moves, program in parents
+                    for child in self.children(moves, program, seen, compound=True)]
         found = [reached for reached, _ in children]
         scores = self.scores(found)
         value = scores.copy()

@@ -36,8 +36,8 @@ from dojo_ir.moves.accumulate import is_accumulator, used_depths
 from dojo_ir.moves.unroll_scope import MAX_SIZE
 from dojo_ir.tree import Access
 
-from .passes.register_tile import live_registers
-from .passes.state import State, op_bytes, reorder
+from ..passes.register_tile import live_registers
+from ..passes.state import State, op_bytes, reorder
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Register tiles as one step of a ranked search (agent/compound.py): every shape that fits the
+"""Register tiles as one step of a ranked search (agent/compound/register_tile.py): every shape that fits the
 target's registers is offered, each is the single moves that build it, all legal, and it computes
 what the program before it computed."""
 
