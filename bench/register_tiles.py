@@ -1,5 +1,5 @@
 """How much a register tile's shape and the order of its blocks matter: every tile that the ranked
-search offers as one step (agent/compound.py) of a kernel, with its outermost scope then made
+search offers as one step (agent/compound/register_tile.py) of a kernel, with its outermost scope then made
 parallel, timed against the spec.
 
     python bench/register_tiles.py                                  # MiniLM's feed-forward matmul
