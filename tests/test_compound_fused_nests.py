@@ -7,9 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.compound import FUSION, Fusion, compound_steps, fused_nests
-from agent.costmodel.model import SHIPPED, CostModel
-from agent.costmodel.search import Ranked, continue_ranked
+from agent.compound import FUSION, TILE, Fusion, compound_steps, fused_nests
 from agent.evaluate import replay_moves
 from agent.perfllm.game import kind
 from codegen.targets import get_target
@@ -116,21 +114,13 @@ def test_every_fusion_replays_move_by_move_and_computes_what_the_spec_does(spec)
 
 def test_compound_steps_offer_fusions_beside_tiles_of_their_own_kind() -> None:
     kinds = {step.kind for step in compound_steps(without_comments(BLOCKED), get_target("x86-avx2"))}
-    assert FUSION in kinds
-
-
-class FoldsPay:
-    """A cost of the moves: a program with a folded temporary is ten times as fast, any other move costs 1%."""
-
-    def __call__(self, moves: list[str]) -> float:
-        return 1e-3 * 1.01 ** len(moves) / (10 if "reuse_dims" in map(kind, moves) else 1)
+    assert kinds == {TILE, FUSION}
 
 
 def test_a_game_can_play_a_whole_fusion_in_one_step() -> None:
-    from test_costmodel_search import HOST
+    from test_compound_register_tile import one_step_where
 
     spec = without_comments(PAIR)
-    result = continue_ranked(spec, CostModel.load(SHIPPED), HOST, 1, FoldsPay(), target="x86-avx2",
-                             ranked=Ranked(measure=2, explore=2, refit_steps=0))
+    result = one_step_where("reuse_dims", spec)  # a program with a folded temporary pays
     assert len(result.steps) == 1 and result.steps[0].move.startswith("fuse the scope at depth 0 of t")
     assert replay_moves(spec, result.moves)[1] == result.moves

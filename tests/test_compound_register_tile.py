@@ -13,8 +13,9 @@ from agent.costmodel.search import Ranked, continue_ranked
 from agent.evaluate import replay_moves
 from agent.passes.register_tile import live_registers
 from agent.perfllm.game import kind
+from agent.perfllm.play import PlayResult
 from codegen.targets import get_target
-from dojo_ir import interpret, load, random_inputs, to_text
+from dojo_ir import Program, interpret, load, random_inputs, to_text
 from dojo_ir.paths import without_comments
 
 AVX2, AVX512 = get_target("x86-avx2"), get_target("x86-avx512")
@@ -125,19 +126,21 @@ def test_no_tile_where_there_are_no_vectors_or_the_reduction_is_already_accumula
     assert list(register_tiles(ragged, AVX2)) == []
 
 
-class TilesPay:
-    """A cost of the moves: a program with an accumulator is ten times as fast, any other move costs 1%."""
+def one_step_where(pays: str, spec: Program) -> PlayResult:
+    """One step of a ranked game from `spec`, where a program with a move of kind `pays` is ten times
+    as fast and any other move costs 1%."""
+    from test_costmodel_search import HOST
 
-    def __call__(self, moves: list[str]) -> float:
-        return 1e-3 * 1.01 ** len(moves) / (10 if "accumulate" in map(kind, moves) else 1)
+    def cost(moves: list[str]) -> float:
+        return 1e-3 * 1.01 ** len(moves) / (10 if pays in map(kind, moves) else 1)
+
+    return continue_ranked(spec, CostModel.load(SHIPPED), HOST, 1, cost, target="x86-avx2",
+                           ranked=Ranked(measure=2, explore=2, refit_steps=0))
 
 
 def test_a_game_can_play_a_whole_tile_in_one_step() -> None:
-    from test_costmodel_search import HOST
-
     spec = without_comments(MATMUL)
-    result = continue_ranked(spec, CostModel.load(SHIPPED), HOST, 1, TilesPay(), target="x86-avx2",
-                             ranked=Ranked(measure=2, explore=2, refit_steps=0))
+    result = one_step_where("accumulate", spec)
     assert len(result.steps) == 1 and result.steps[0].move.startswith("register tile of y#2")
     assert len(result.moves) >= 4  # the tile's single moves, which replay as they were played
     assert replay_moves(spec, result.moves)[1] == result.moves

@@ -28,7 +28,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from dojo_ir import Program
-from dojo_ir.analysis import Analysis
 from dojo_ir.paths import TreePath, iter_paths
 from dojo_ir.tree import Scope
 
@@ -54,25 +53,20 @@ def fused_nests(program: Program) -> Iterator[tuple[Fusion, tuple[str, ...], Pro
     """For every scope that can join the next (and that the scope before it cannot join: that one's
     fusion includes it), the fusion with as many next scopes as stay legal, and the folds of the
     temporaries only the fused scope touches: the fusion, its single moves and the program after."""
-    analysis = Analysis(program)
-    starts = [path for path, node in iter_paths(program.body) if isinstance(node, Scope)]
-    joinable = {path for path in starts if State(program).legal(_join(analysis, path))}
-    for path in starts:
+    start = State(program)
+    joins = {path: "join_scopes(op={}, depth={})".format(*start.analysis.locate(path))
+             for path, node in iter_paths(start.program.body) if isinstance(node, Scope)}
+    joinable = {path for path, join in joins.items() if start.legal(join)}
+    for path, join in joins.items():
         if path not in joinable or _before(path) in joinable:
             continue
-        label, depth = analysis.locate(path)
         state = State(program)
-        join = f"join_scopes(op={label}, depth={depth})"
         while state.play(join):
             pass
         joined = len(state.moves)
         folded = _fold(state, path)
+        label, depth = start.analysis.locate(path)
         yield Fusion(label, depth, joined, folded), tuple(state.moves), state.program
-
-
-def _join(analysis: Analysis, path: TreePath) -> str:
-    label, depth = analysis.locate(path)
-    return f"join_scopes(op={label}, depth={depth})"
 
 
 def _before(path: TreePath) -> TreePath | None:
