@@ -31,7 +31,7 @@ from dojo_ir import Program
 from dojo_ir.paths import TreePath, iter_paths
 from dojo_ir.tree import Scope
 
-from ..passes.state import FOLDED_STACK_BYTES, State
+from ..passes.state import State, to_stack
 
 
 @dataclass(frozen=True)
@@ -54,19 +54,22 @@ def fused_nests(program: Program) -> Iterator[tuple[Fusion, tuple[str, ...], Pro
     fusion includes it), the fusion with as many next scopes as stay legal, and the folds of the
     temporaries only the fused scope touches: the fusion, its single moves and the program after."""
     start = State(program)
-    joins = {path: "join_scopes(op={}, depth={})".format(*start.analysis.locate(path))
-             for path, node in iter_paths(start.program.body) if isinstance(node, Scope)}
-    joinable = {path for path, join in joins.items() if start.legal(join)}
-    for path, join in joins.items():
+    scopes = {path: start.analysis.locate(path) for path, node in iter_paths(start.program.body)
+              if isinstance(node, Scope)}
+    joinable = {path for path, (label, depth) in scopes.items() if start.legal(_join(label, depth))}
+    for path, (label, depth) in scopes.items():
         if path not in joinable or _before(path) in joinable:
             continue
         state = State(program)
-        while state.play(join):
+        while state.play(_join(label, depth)):
             pass
         joined = len(state.moves)
         folded = _fold(state, path)
-        label, depth = start.analysis.locate(path)
         yield Fusion(label, depth, joined, folded), tuple(state.moves), state.program
+
+
+def _join(label: str, depth: int) -> str:
+    return f"join_scopes(op={label}, depth={depth})"
 
 
 def _before(path: TreePath) -> TreePath | None:
@@ -87,7 +90,5 @@ def _fold(state: State, path: TreePath) -> tuple[tuple[str, tuple[int, ...]], ..
                      if state.play(f"reuse_dims(buffer={buffer.name}, dim={dim})"))
         if dims:
             folded.append((buffer.name, dims))
-            after = next(b for b in state.program.buffers if b.name == buffer.name)
-            if after.location == "heap" and after.storage_bytes <= FOLDED_STACK_BYTES:
-                state.play(f"set_location(buffer={buffer.name}, location=stack)")
+            to_stack(state, only=(buffer.name,))
     return tuple(folded)

@@ -3,7 +3,7 @@ steps, and the questions of access and layout that several steps ask."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 
 from codegen.cvector import lane_use, vector_pieces
@@ -107,10 +107,11 @@ def fuse_and_reuse(state: State) -> None:
     to_stack(state)
 
 
-def to_stack(state: State) -> None:
+def to_stack(state: State, only: Collection[str] | None = None) -> None:
+    """Every folded temporary on the heap (of `only`, when given) that fits FOLDED_STACK_BYTES to the stack."""
     for buffer in state.program.buffers:
-        if buffer.location == "heap" and any(d.stored is not None for d in buffer.dims) \
-                and buffer.storage_bytes <= FOLDED_STACK_BYTES:
+        if (only is None or buffer.name in only) and buffer.location == "heap" \
+                and any(d.stored is not None for d in buffer.dims) and buffer.storage_bytes <= FOLDED_STACK_BYTES:
             state.play(f"set_location(buffer={buffer.name}, location=stack)")
 
 
