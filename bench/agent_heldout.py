@@ -34,17 +34,21 @@ runs per budget compare one run's luck with another's, which once made sa at 200
 sa at 100.)
 
 Each run is saved as it finishes, in `--runs`/KERNEL/METHOD-seedS.jsonl.gz (the evaluator's log, one
-Evaluation a line, compressed) with METHOD-seedS.json beside it (the budget, the spec's hash and, for the
-agent, the hash of the checkpoint's policy); a run already saved with the same budget, spec and
-policy is not run again, so the benchmark can be run a few methods at a time, and another
-checkpoint redoes the agent's runs only.
+Evaluation a line, compressed) with METHOD-seedS.json beside it (the budget, the spec's hash, for the
+agent the hash of the checkpoint's policy, and for the runs that start from the heuristic pass's
+program the hash of its moves on this machine); a run already saved with the same of these is not
+run again, so the benchmark can be run a few methods at a time, another checkpoint redoes the
+agent's runs only, and a changed heuristic pass (or another machine's) redoes the runs that start
+from it.
 
 When every method's runs are saved, single timings of 3 repetitions being noisy, the best
 program each method met within N evaluations is measured again, all of them one after another
 (`runner.measure.measure`, at least `--min-time` seconds each), with the spec and the heuristic
 pass's program, in `--rounds` rounds, each program's time the median of its rounds (one round
 measured the heuristic pass's program of a strided convolution at half its speed of the next
-two); a method's time at N is the median of its seeds' re-measured times. Writes `--out` (the table, the bars, the
+two); each round starts at another point of a kernel's programs, so that a slow spell of a shared
+machine does not fall on the same program every round; a method's time at N is the median of
+its seeds' re-measured times. Writes `--out` (the table, the bars, the
 machine) with its .json and .png (best time so far against evaluations as the searches timed
 them: one faint line per seed, the median over seeds in bold).
 """
@@ -52,6 +56,7 @@ them: one faint line per seed, the median over seeds in bold).
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import math
@@ -88,6 +93,7 @@ REAL_KERNELS = {path.stem: path for path in sorted((ROOT / "bench" / "agent_kern
 REAL = "real"  # --kernels real: every kernel of REAL_KERNELS
 SEARCHES = ("agent", "random", "sa", "sa:heuristic", "agent:heuristic")
 CONTINUING = "agent:heuristic"
+FROM_THE_PASS = ("sa:heuristic", CONTINUING)  # runs that start from the heuristic pass's program on this machine
 CONTINUING_AT = 40  # the continuing bar: the agent from the heuristic pass's program, against sa:heuristic
 CONTINUING_SHARE, CONTINUING_WORST = 0.8, 1.05
 AGENTS = ("agent", CONTINUING)
@@ -106,8 +112,15 @@ def spec_of(name: str) -> Program:
     return load(REAL_KERNELS[name].read_text()) if name in REAL_KERNELS else load(KERNELS[name].quick())
 
 
+@functools.cache
 def heuristic_moves(spec: Program) -> tuple[str, ...]:
     return tuple(PASSES["heuristic"](spec, get_target("native")))
+
+
+def heuristic_hash(spec: Program) -> str:
+    """Which program the heuristic pass makes of `spec` here: it reads the machine, and it changes
+    as the passes do, so a run saved from another machine's or an older pass's program is run again."""
+    return hashlib.sha256("\n".join(heuristic_moves(spec)).encode()).hexdigest()[:16]
 
 
 def policy_hash(checkpoint: Path) -> str:
@@ -120,6 +133,15 @@ def run_files(runs: Path, kernel: str, method: str, seed: int) -> tuple[Path, Pa
     """The saved run's evaluations and its description."""
     stem = runs / kernel / f"{method.replace(':', '-')}-seed{seed}"
     return stem.with_suffix(".jsonl"), stem.with_suffix(".json")
+
+
+def run_identity(spec: Program, method: str, top: int, policy: str | None) -> dict:
+    """What a saved run of `method` on `spec` must have been run with to be taken back: its budget
+    (`top`, or CONTINUING_AT for the continuing agent), the spec, the agent's `policy`, and the
+    heuristic pass's program where the run starts from it."""
+    return ({"budget": CONTINUING_AT if method == CONTINUING else top, "spec": text_hash(spec)}
+            | ({"policy": policy} if method in AGENTS else {})
+            | ({"heuristic": heuristic_hash(spec)} if method in FROM_THE_PASS else {}))
 
 
 def load_run(runs: Path, key: Key, wanted: dict) -> Run | None:
@@ -254,8 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     specs = {name: spec_of(name) for name in dict.fromkeys(names)}
 
     def wanted(kernel: str, method: str) -> dict:
-        budget = CONTINUING_AT if method == CONTINUING else top
-        return {"budget": budget, "spec": text_hash(specs[kernel])} | ({"policy": policy} if method in AGENTS else {})
+        return run_identity(specs[kernel], method, top, policy)
 
     keys = [(kernel, method, seed) for kernel in specs for seed in args.seeds for method in SEARCHES]
     if not args.report_only:
@@ -284,12 +305,14 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     passes = {name: heuristic_moves(spec) for name, spec in specs.items()}
     rounds: dict[tuple[str, tuple[str, ...]], list[float]] = {}
-    for _ in range(args.rounds):
+    for round_ in range(args.rounds):
         for name, spec in specs.items():
-            programs = {(): None, passes[name]: None} | {best_within(runs[name, m, s], n).moves: None
-                                                         for m in complete for n in read_at(m, budgets, complete)
-                                                         for s in args.seeds}
-            for moves in programs:
+            programs = list({(): None, passes[name]: None} | {best_within(runs[name, m, s], n).moves: None
+                                                              for m in complete for n in read_at(m, budgets, complete)
+                                                              for s in args.seeds})
+            # each round starts one program further on, so a slow spell of the machine falls on different programs
+            shift = round_ * len(programs) // args.rounds
+            for moves in programs[shift:] + programs[:shift]:
                 result = measure(runner, replay_moves(spec, moves)[0], repeats=5, warmup=1, spec=spec,
                                  min_time_s=args.min_time)
                 rounds.setdefault((name, moves), []).append(result.median_s if result.ok and result.median_s

@@ -1,5 +1,5 @@
 """bench/agent_heldout.py: every budget read from one run, runs saved as they finish and taken back
-only for the same budget, spec and agent, and the issue's bars computed from the times."""
+only for the same budget, spec, agent and heuristic pass, and the issue's bars computed from the times."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from bench.agent_heldout import (  # noqa: E402
     load_run,
     policy_hash,
     run_and_save,
+    run_identity,
     spec_of,
 )
 
@@ -133,3 +134,16 @@ def test_a_continuing_run_is_saved_and_read_back_with_its_moves_from_the_spec(tm
     start = run[0].moves
     assert start and all(e.moves[:len(start)] == start for e in run)  # the heuristic pass's moves first
     assert [e.to_json() for e in load_run(tmp_path, key, described)] == [e.to_json() for e in run]
+
+
+def test_a_run_from_the_heuristic_pass_is_taken_back_only_from_the_same_pass_program(tmp_path: Path) -> None:
+    spec = load(KERNELS["softmax"].text(m=4, n=16))
+    identity = run_identity(spec, "sa:heuristic", 200, "p")
+    assert "heuristic" in identity and "policy" not in identity
+    assert "heuristic" in run_identity(spec, CONTINUING, 200, "p")
+    assert "heuristic" not in run_identity(spec, "sa", 200, "p")
+    key = ("softmax", "sa:heuristic", 0)
+    run_and_save(spec, tmp_path, key, 3, FakeRunner(), tmp_path, identity | {"heuristic": "an older pass"})
+    assert load_run(tmp_path, key, identity) is None  # started from another program: run again
+    run_and_save(spec, tmp_path, key, 3, FakeRunner(), tmp_path, identity)
+    assert load_run(tmp_path, key, identity) is not None
