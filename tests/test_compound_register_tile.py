@@ -124,6 +124,9 @@ def test_no_tile_where_there_are_no_vectors_or_the_reduction_is_already_accumula
     ragged = load(to_text(MATMUL).replace("[16, 32]", "[16, 12]").replace("[6, 32]", "[6, 12]")
                   .replace("6 32", "6 12"))
     assert list(register_tiles(ragged, AVX2)) == []
+    # a sum into a scalar has no row of lanes (a random program once made the search fail on it)
+    total = load("kernel total(x) -> s\n\nx f32 [64] heap\ns f32 [] heap\n\ns[] = 0\n64 s[] += x[{0}]\n")
+    assert list(register_tiles(total, AVX2)) == []
 
 
 def one_step_where(pays: str, spec: Program) -> PlayResult:

@@ -85,7 +85,9 @@ def tiles(site: Site, program: Program, target: Target) -> Iterator[Tile]:
 
 
 def _contiguous(output: Access, used: frozenset[int]) -> list[int]:
-    """The depths that step the output's last index by one: where its lanes can be."""
+    """The depths that step the output's last index by one: where its lanes can be (none for a scalar)."""
+    if not output.index:
+        return []
     try:
         last = affine(output.index[-1])
     except NotAffine:
