@@ -12,6 +12,11 @@ the target, so the next request at another line, an edited comment or an undo, r
 moves it has not met. A request spends at most BUDGET_S on new ratings: a move on the outer scope of
 a long nest rewrites every operation in it, and a 200-line file's first request after an edit took
 1.2 s; the moves it did not reach come after the rated ones, and the next request rates them.
+A request that already spent its time waiting for the listing (the first after an edit) rates
+until the answer is due (`answer_by`), and for at least FLOOR_S, so that it still comes ranked:
+with the two budgets one after the other, the first request after an edit of the 200-line file
+took 95-98 ms of the 100 the issue allows on an AMD EPYC (bench/results/lsp_speed.md), more on
+a slower machine.
 
 The model is the one that comes with PerfDojo (`agent/costmodel/trained`), loaded at the first
 request (numpy only: no torch in the server); if it cannot be loaded, ranking is off for the
@@ -41,6 +46,7 @@ from .settings import Settings
 
 _KEPT = 512  # programs whose ratings are kept
 BUDGET_S = 0.05  # new ratings a request, at most: the quick-fix menu opens within the p95 the issue asks of it
+FLOOR_S = 0.015  # new ratings a request, at least, even when its answer is due: about a dozen moves of a long file
 
 
 class Ratings:
@@ -55,9 +61,11 @@ class Ratings:
         self._known: OrderedDict[tuple, dict[str, float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def rate(self, snapshot: Snapshot, moves: Sequence[Move], settings: Settings) -> dict[str, float] | None:
+    def rate(self, snapshot: Snapshot, moves: Sequence[Move], settings: Settings,
+             answer_by: float | None = None) -> dict[str, float] | None:
         """The predicted speed-up of each of `moves` (legal moves of the snapshot's program) that serves
-        the target, by the move's text; None with ranking off or no model. Called off the event loop."""
+        the target, by the move's text, as far as the time allows (`rating_deadline`); None with
+        ranking off or no model. Called off the event loop."""
         program, analysis = snapshot.program, snapshot.analysis
         if not settings.rank_quick_fixes or program is None or analysis is None:
             return None
@@ -75,7 +83,8 @@ class Ratings:
                 self._known.popitem(last=False)
         todo = [m for m in moves if str(m) not in known and allowed(target, m)]
         if todo:
-            known.update(rate_moves(model, host, program, todo, analysis, time.perf_counter() + BUDGET_S))
+            known.update(rate_moves(model, host, program, todo, analysis,
+                                    rating_deadline(time.perf_counter(), answer_by)))
         return {str(m): known[str(m)] for m in moves if str(m) in known}
 
     def _loaded(self) -> CostModel | None:
@@ -94,3 +103,10 @@ class Ratings:
             self._hosts[target] = Host.of(measured_machine(), get_target(target))
         return self._hosts[target]
 
+
+
+def rating_deadline(now: float, answer_by: float | None) -> float:
+    """When a request that starts rating at `now` stops (`time.perf_counter()`): after BUDGET_S, or
+    when its answer is due if that is sooner, but never before FLOOR_S."""
+    until = now + BUDGET_S if answer_by is None else min(now + BUDGET_S, answer_by)
+    return max(until, now + FLOOR_S)

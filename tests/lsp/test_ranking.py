@@ -28,6 +28,7 @@ from dojo_ir.moves import find
 from runner.roofline import measured_machine
 from server.lsp.documents import Snapshot
 from server.lsp.features.code_actions import title
+from server.lsp.ratings import BUDGET_S, FLOOR_S, rating_deadline
 from tests.lsp.conftest import CLIENTS, SETTINGS
 from tests.lsp.editor import Editor
 from tests.lsp.fixtures import derived_file
@@ -148,3 +149,10 @@ async def test_a_model_that_cannot_be_loaded_leaves_the_plain_list_and_says_so_o
             assert_plain(await editor.actions(uri, line), plain(editor, uri, line))
     told = [m for m in broken.log_messages if NOT_RANKED in m.message]
     assert len(told) == 1 and "not-a-model" in told[0].message, told
+
+
+def test_a_request_rates_for_its_budget_or_until_its_answer_is_due_and_never_less_than_the_floor() -> None:
+    assert rating_deadline(10.0, None) == 10.0 + BUDGET_S
+    assert rating_deadline(10.0, 11.0) == 10.0 + BUDGET_S  # a warm listing: the whole budget
+    assert rating_deadline(10.0, 10.03) == 10.03  # a listing that waited: what is left of the answer's time
+    assert rating_deadline(10.0, 9.99) == 10.0 + FLOOR_S  # no time left: still a few ratings, so it comes ranked

@@ -11,7 +11,9 @@ first listing after an edit checks every move around the cursor anew, which
 for a big scope's many fissions takes longer than an editor should wait: a
 request answers within FIRST_ANSWER_S with the moves found legal by then,
 innermost node first, and the listing goes on, so that the next request
-(the editor asks again as the cursor moves) has them all. Every move listed
+(the editor asks again as the cursor moves) has them all. The ratings then
+take what is left of ANSWER_S from the request's arrival (at least
+`ratings.FLOOR_S`), so the two waits do not add up past it. Every move listed
 is legal in the version it is listed for. The edit
 is computed only when the client resolves the action, and refused with
 ContentModified if the document moved on since the list was made, so an edit
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +41,7 @@ from ..server import DojoServer
 
 KIND = lsp.CodeActionKind.QuickFix
 FIRST_ANSWER_S = 0.05
+ANSWER_S = 0.07  # a request's answer, listed and rated, with room for the protocol under 100 ms
 
 
 def register(server: DojoServer) -> None:
@@ -46,6 +50,7 @@ def register(server: DojoServer) -> None:
     async def code_actions(ls: DojoServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
         if params.context.only and not any(KIND.value.startswith(k.value) for k in params.context.only):
             return []
+        arrived = time.perf_counter()
         snapshot = await snapshot_of(ls, params.text_document.uri)
         start, end = params.range.start, params.range.end
         last = end.line if end.character > 0 or end.line == start.line else end.line - 1
@@ -55,7 +60,8 @@ def register(server: DojoServer) -> None:
             listing = ls.off_loop(snapshot.moves_at, f"moves of {snapshot.name}", first, last)
             done, _ = await asyncio.wait([listing], timeout=FIRST_ANSWER_S)
             moves = listing.result() if done else snapshot.moves_known_at(first, last)
-        return await ls.off_loop(rated_actions, f"code actions of {snapshot.name}", ls, snapshot, moves)
+        return await ls.off_loop(rated_actions, f"code actions of {snapshot.name}", ls, snapshot, moves,
+                                 arrived + ANSWER_S)
 
     @server.feature(lsp.CODE_ACTION_RESOLVE)
     async def resolve(ls: DojoServer, code_action: lsp.CodeAction) -> lsp.CodeAction:
@@ -79,9 +85,11 @@ def title(move: Move) -> str:
     return f"{KINDS[move.name].TITLE} — {move}"
 
 
-def rated_actions(ls: DojoServer, snapshot: Snapshot, moves: list[Move]) -> list[lsp.CodeAction]:
-    """The quick-fixes of `moves`, rated by the cost model if ranking is on."""
-    return actions(ls, snapshot, moves, ls.ratings.rate(snapshot, moves, ls.settings))
+def rated_actions(ls: DojoServer, snapshot: Snapshot, moves: list[Move], answer_by: float | None = None
+                  ) -> list[lsp.CodeAction]:
+    """The quick-fixes of `moves`, rated by the cost model if ranking is on (until `answer_by`,
+    `time.perf_counter()`, as `Ratings.rate` allows)."""
+    return actions(ls, snapshot, moves, ls.ratings.rate(snapshot, moves, ls.settings, answer_by))
 
 
 def actions(ls: DojoServer, snapshot: Snapshot, moves: list[Move], ratings: Mapping[str, float] | None
