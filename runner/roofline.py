@@ -136,12 +136,16 @@ def work(program: Program) -> Work:
     size; temporaries count zero, on the assumption that they stay in cache.
     Flops: per operation, the arithmetic in its value plus 1 for a reduction's
     combine, times the product of the sizes of the scopes around it."""
+    flops = sum(op_flops(op) * prod(scope.size for scope in chain) for op, chain in walk_ops(program.body))
+    return Work(bytes=compulsory_bytes(program), flops=flops)
+
+
+def compulsory_bytes(program: Program) -> int:
+    """`work`'s bytes: each buffer holding an input read once, each holding an output written once."""
     buffer_of = program.buffer_of
     read = {buffer_of[a].name: buffer_of[a] for a in program.inputs}
     written = {buffer_of[a].name: buffer_of[a] for a in program.outputs}
-    moved = sum(b.storage_bytes for b in (*read.values(), *written.values()))
-    flops = sum(op_flops(op) * prod(scope.size for scope in chain) for op, chain in walk_ops(program.body))
-    return Work(bytes=moved, flops=flops)
+    return sum(b.storage_bytes for b in (*read.values(), *written.values()))
 
 
 # -- the machine -------------------------------------------------------------------

@@ -35,6 +35,7 @@ from dojo_ir import Program, load, to_text
 from dojo_ir.library import KERNELS
 from dojo_ir.moves import apply
 from dojo_ir.tree import walk_ops
+from runner.roofline import work
 
 HOST = Host(peak_flops=4e11, bandwidth_Bps=2e10, cores=2, vector_bytes=64, l1d=48 << 10, l2=2 << 20, l3=32 << 20,
             l2_Bps=4e11, l3_Bps=2e11)
@@ -72,6 +73,16 @@ def test_features_have_a_fixed_width_whatever_the_program_and_are_finite() -> No
 def test_a_program_and_its_reprint_have_the_same_features() -> None:
     program = played(SOFTMAX, "parallelize_scope(op=e, depth=0)", "vectorize_scope(op=e, depth=1)")
     assert np.array_equal(features(program, HOST, ["a"]), features(load(to_text(program)), HOST, ["a"]))
+
+
+def test_the_compulsory_work_read_is_the_rooflines_for_programs_that_share_operations() -> None:
+    # the flops come from each operation's part, kept from one program to the next one move away
+    flops_time, bytes_time = NAMES.index("program.flops_time"), NAMES.index("program.bytes_time")
+    for spec in (SOFTMAX, load(KERNELS["matmul"].quick())):
+        for program in [spec, *(apply(spec, move) for move in legal_moves(spec))]:
+            needed, x = work(program), features(program, HOST)
+            assert x[flops_time] == np.float32(math.log2(needed.flops / HOST.peak_flops * 1e9) / 30)
+            assert x[bytes_time] == np.float32(math.log2(needed.bytes / HOST.bandwidth_Bps * 1e9) / 30)
 
 
 def test_parallelizing_a_scope_shows_in_the_parallel_features() -> None:

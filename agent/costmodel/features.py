@@ -47,7 +47,7 @@ from dojo_ir import Program
 from dojo_ir.dependence import touches
 from dojo_ir.moves import KINDS
 from dojo_ir.tree import DTYPE_BYTES, Buffer, Call, Op, Scope, walk_expr, walk_ops, walk_scopes
-from runner.roofline import Machine, op_flops, work
+from runner.roofline import Machine, compulsory_bytes, op_flops
 
 LEVELS = 6  # innermost scopes read per operation: a tiled nest's register and cache tiles fit
 LAST_MOVES = 3  # the kinds of the last few moves, in order
@@ -365,12 +365,13 @@ def _seconds(t: float) -> float:
 @dataclass(frozen=True)
 class _OpPart:
     """What one operation adds to the features: its row (OP_NAMES, but for its share of the work,
-    which needs the others'), its work (iterations times the flops and accesses of one) and its
-    times (`_op_times`)."""
+    which needs the others'), its work (iterations times the flops and accesses of one), its flops
+    as `runner.roofline.work` counts them, and its times (`_op_times`)."""
 
     weight: float
     row: np.ndarray
     times: tuple[float, ...]
+    flops: int
 
     @property
     def bound_s(self) -> float:
@@ -395,7 +396,8 @@ def _op_part(op: Op, chain: tuple[Scope, ...], buffer_of: dict[str, Buffer], hos
            len(chain) / 10, "p" in kinds, "v" in kinds, "u" in kinds, bool(kinds) and kinds[-1] == "v",
            bool(kinds) and kinds[0] == "p", _log2(compiler_lanes) / 4, _log2(wait) / 3, *(_seconds(t) for t in times),
            _seconds(max(times)), 0.0]
-    return _OpPart(weight, np.concatenate([np.asarray(own, dtype=np.float64), levels.ravel()]), times)
+    return _OpPart(weight, np.concatenate([np.asarray(own, dtype=np.float64), levels.ravel()]), times,
+                   op_flops(op) * iterations)
 
 
 class _Parts:
@@ -447,10 +449,11 @@ def features(program: Program, host: Host, moves: tuple[str, ...] | list[str] | 
     regions = sum(prod(s.size for s in outer) for s, outer in walk_scopes(program.body) if s.kind == "p")
     temporaries = sum(b.storage_bytes for b in program.buffers
                       if not set(b.array_names) & {*program.inputs, *program.outputs} and b.location == "heap")
-    needed = work(program)
+    # `work(program)`, its flops summed from the parts that are kept from one program to the next
+    needed_flops, needed_bytes = sum(p.flops for p in parts), compulsory_bytes(program)
     program_part = [
-        _log2(needed.flops / host.peak_flops * 1e9) / 30,
-        _log2(needed.bytes / host.bandwidth_Bps * 1e9) / 30,
+        _log2(needed_flops / host.peak_flops * 1e9) / 30,
+        _log2(needed_bytes / host.bandwidth_Bps * 1e9) / 30,
         _log2(len(parts)) / 5,
         _log2(len(program.body)) / 5,
         _log2(sum(1 for _ in walk_scopes(program.body))) / 6,
