@@ -15,8 +15,8 @@ a long nest rewrites every operation in it, and a 200-line file's first request 
 A request that already spent its time waiting for the listing (the first after an edit) rates
 until the answer is due (`answer_by`), and for at least FLOOR_S, so that it still comes ranked:
 with the two budgets one after the other, the first request after an edit of the 200-line file
-took 95-98 ms of the 100 the issue allows on an AMD EPYC (bench/results/lsp_speed.md), more on
-a slower machine.
+took 95-98 ms on an AMD EPYC (bench/results/lsp_speed.md), near the 100 ms in which a quick-fix
+menu should open, and more on a slower machine.
 
 The model is the one that comes with PerfDojo (`agent/costmodel/trained`), loaded at the first
 request (numpy only: no torch in the server); if it cannot be loaded, ranking is off for the
@@ -102,7 +102,6 @@ class Ratings:
         if target not in self._hosts:
             self._hosts[target] = Host.of(measured_machine(), get_target(target))
         return self._hosts[target]
-
 
 
 def rating_deadline(now: float, answer_by: float | None) -> float:
