@@ -57,10 +57,10 @@ def main(argv: list[str] | None = None) -> int:
                 for target in TARGETS:
                     facts = get_target(target)
                     steps = islice(compound_steps(without_comments(spec), facts), args.compound)
-                    programs = [("the heuristic pass", advance(spec, heuristic(spec, facts))),
-                                *((step.text, step.program) for step in steps)]
-                    for what, program in programs:
-                        runs["the heuristic pass" if what == "the heuristic pass" else "compound steps"] += 1
+                    programs = [("the heuristic pass", "the heuristic pass", advance(spec, heuristic(spec, facts))),
+                                *(("compound steps", step.text, step.program) for step in steps)]
+                    for source, what, program in programs:
+                        runs[source] += 1
                         result = runner.run(program, target=target, repeats=1, warmup=0, spec=spec)
                         if not result.ok:
                             failures.append(f"seed {seed}, {target}, {what}: {kernel.draw.describe()}: "
